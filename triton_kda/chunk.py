@@ -1,0 +1,99 @@
+"""The public `chunk_kda` (a drop-in replacement for `fla.ops.kda.chunk_kda`) and its autograd Function."""
+from __future__ import annotations
+
+import torch
+
+from triton_kda._validate import validate_chunk_kda
+from triton_kda.chunk_fwd import intra_fwd, plan_chunks, state_fwd
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """[B, T, ...] -> [B*T, ...], contiguous."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:]).contiguous()
+
+
+class ChunkKDAFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, seqlens_cpu):
+        B, T, HV, V = v.shape
+        BT = p.chunk_size
+        plan = plan_chunks(B, T, BT, q.device, seqlens_cpu)
+        intra = intra_fwd(_flat(q), _flat(k), _flat(v), _flat(g), _flat(beta),
+                          A_log.reshape(-1) if A_log is not None else None,
+                          dt_bias.reshape(-1) if dt_bias is not None else None,
+                          p.scale, plan, BT, use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"],
+                          use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
+                          use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
+                          allow_neg_eigval=flags["allow_neg_eigval"])
+        store_h = flags["return_intermediate_states"]
+        st = state_fwd(intra, initial_state.contiguous() if initial_state is not None else None, plan, BT, V,
+                       output_final_state=flags["output_final_state"], state_v_first=p.state_v_first,
+                       store_h=store_h, store_v_new=False, h_dtype=q.dtype)
+        o = st.o.view(B, T, HV, V)
+        ctx.mark_non_differentiable(*(x for x in (st.final_state,) if x is not None))
+        if store_h:
+            h = st.h.view(B if seqlens_cpu is None else 1, -1, *st.h.shape[1:])
+            return o, st.final_state, h
+        return o, st.final_state
+
+    @staticmethod
+    def backward(ctx, do, dht, *unused):
+        raise NotImplementedError("chunk_kda backward is not implemented yet")
+
+
+def chunk_kda(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    use_gate_in_kernel: bool = False,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
+    safe_gate: bool = False,
+    lower_bound: float | None = None,
+    disable_recompute: bool = False,
+    return_intermediate_states: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: torch.LongTensor | None = None,
+    cu_seqlens_cpu: torch.LongTensor | None = None,
+    cp_context=None,
+    use_graph: bool = False,
+    max_num_seqs: int | None = None,
+    **kwargs,
+):
+    r"""KDA (Kimi Delta Attention) over chunks; same signature, semantics and shapes as `fla.ops.kda.chunk_kda`.
+
+    Args:
+        q, k: ``[B, T, H, K]`` (bf16, fp16 or fp32; K <= 256).
+        v: ``[B, T, HV, V]``, HV a multiple of H (GVA: v-head ``hv`` reads q/k head ``hv // (HV // H)``).
+        g: ``[B, T, HV, K]`` log decay, or the raw gate input with ``use_gate_in_kernel``.
+        beta: ``[B, T, HV]`` (post-sigmoid, or logits with ``use_beta_sigmoid_in_kernel``), fp32 or q's dtype.
+        scale: multiplies q (after l2norm); defaults to ``K ** -0.5``.
+        initial_state: ``[N, HV, K, V]`` fp32 (``[N, HV, V, K]`` with ``state_v_first``).
+        cu_seqlens: ``[N + 1]`` int32/int64 sequence boundaries (then B == 1); ``cu_seqlens_cpu`` its CPU copy,
+            which spares a device sync.
+        kwargs: ``A_log`` (``[HV]``), ``dt_bias`` (``[HV * K]``) for the in-kernel gate; ``chunk_size`` 32 or 64.
+
+    Returns:
+        ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype, final_state ``[N, HV, K, V]`` fp32 or None;
+        with ``return_intermediate_states`` (inference mode) also ``h`` ``[B, NT, HV, K, V]``, the state at
+        each chunk start, in q's dtype.
+    """
+    p = validate_chunk_kda(
+        q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+        use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound, disable_recompute,
+        return_intermediate_states, state_v_first, cu_seqlens, cu_seqlens_cpu, cp_context, use_graph, max_num_seqs,
+        kwargs,
+    )
+    flags = dict(
+        output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+        use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+        allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound if use_gate_in_kernel else None,
+        disable_recompute=disable_recompute, return_intermediate_states=return_intermediate_states,
+    )
+    return ChunkKDAFunction.apply(q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, p, flags, p.seqlens_cpu)

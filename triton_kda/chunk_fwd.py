@@ -1,0 +1,130 @@
+"""Forward orchestration: chunk plan, the intra-chunk launch, the state/output launch."""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+import triton
+
+from triton_kda.configs import arch_of, intra_config, state_config
+from triton_kda.gate import gate_mode
+from triton_kda.intra import _kda_intra_fwd_kernel
+from triton_kda.state import _kda_state_fwd_kernel
+
+
+class ChunkPlan(NamedTuple):
+    """Where every chunk lives. All sequences are laid end to end (fixed-length batches as B equal sequences)."""
+    cu_seqlens: torch.Tensor     # [N + 1] int64, device
+    chunk_indices: torch.Tensor  # [NT, 2] int32, device: (sequence, chunk within the sequence)
+    chunk_offsets: torch.Tensor  # [N + 1] int64, device: index of each sequence's first chunk
+    N: int
+    NT: int
+
+
+@functools.lru_cache(maxsize=64)
+def _varlen_plan(seqlens: tuple, BT: int, device: torch.device) -> ChunkPlan:
+    lens = torch.tensor(seqlens, dtype=torch.int64)
+    nts = (lens + BT - 1) // BT
+    seq = torch.repeat_interleave(torch.arange(len(seqlens)), nts)
+    first = torch.cumsum(nts, 0) - nts
+    local = torch.arange(int(nts.sum())) - first[seq]
+    cu = torch.zeros(len(seqlens) + 1, dtype=torch.int64)
+    cu[1:] = torch.cumsum(lens, 0)
+    offs = torch.zeros(len(seqlens) + 1, dtype=torch.int64)
+    offs[1:] = torch.cumsum(nts, 0)
+    idx = torch.stack([seq, local], 1).to(torch.int32)
+    return ChunkPlan(cu.to(device, non_blocking=True), idx.to(device, non_blocking=True),
+                     offs.to(device, non_blocking=True), len(seqlens), int(nts.sum()))
+
+
+def plan_chunks(B: int, T: int, BT: int, device: torch.device, seqlens_cpu: torch.Tensor | None) -> ChunkPlan:
+    """Chunk plan from the CPU copy of cu_seqlens (varlen; cached by content) or from (B, T); no device sync."""
+    if seqlens_cpu is not None:
+        lens = (seqlens_cpu[1:] - seqlens_cpu[:-1]).tolist()
+        return _varlen_plan(tuple(lens), BT, device)
+    nt = triton.cdiv(T, BT)
+    ar = torch.arange(B * nt, device=device, dtype=torch.int32)
+    return ChunkPlan(
+        cu_seqlens=torch.arange(0, B * T + 1, T, device=device, dtype=torch.int64),
+        chunk_indices=torch.stack([ar // nt, ar % nt], 1),
+        chunk_offsets=torch.arange(0, B * nt + 1, nt, device=device, dtype=torch.int64),
+        N=B,
+        NT=B * nt,
+    )
+
+
+class IntraOut(NamedTuple):
+    gcum: torch.Tensor      # [TT, HV, K] fp32, inclusive chunk cumsum of the gate, log2 units
+    rstd_q: torch.Tensor    # [TT, HV] fp32 (ones without in-kernel l2norm)
+    rstd_k: torch.Tensor    # [TT, HV] fp32
+    beta: torch.Tensor      # [TT, HV] fp32, activated
+    Aqk: torch.Tensor       # [TT, HV, BT] fp32, scale included
+    Akk: torch.Tensor       # [TT, HV, BT] fp32, (I + L)^-1
+    w: torch.Tensor         # [TT, HV, K]
+    u: torch.Tensor         # [TT, HV, V]
+    qg: torch.Tensor        # [TT, HV, K]
+    kg: torch.Tensor        # [TT, HV, K]
+
+
+class StateOut(NamedTuple):
+    o: torch.Tensor                     # [TT, HV, V] in the input dtype
+    final_state: torch.Tensor | None    # [N, HV, K, V] fp32 (V-first if asked)
+    h: torch.Tensor | None              # [NT, HV, K, V] state at each chunk start
+    v_new: torch.Tensor | None          # [TT, HV, V]
+
+
+def _precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, BT: int, *,
+              use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, lower_bound: float | None,
+              use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool) -> IntraOut:
+    """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (contiguous, flattened)."""
+    TT, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    dev, dt = q.device, q.dtype
+    cfg = intra_config(arch_of(dev), K, V)
+    f32 = dict(device=dev, dtype=torch.float32)
+    out = IntraOut(
+        gcum=torch.empty(TT, HV, K, **f32), rstd_q=torch.empty(TT, HV, **f32), rstd_k=torch.empty(TT, HV, **f32),
+        beta=torch.empty(TT, HV, **f32), Aqk=torch.empty(TT, HV, BT, **f32), Akk=torch.empty(TT, HV, BT, **f32),
+        w=torch.empty(TT, HV, K, device=dev, dtype=dt), u=torch.empty(TT, HV, V, device=dev, dtype=dt),
+        qg=torch.empty(TT, HV, K, device=dev, dtype=dt), kg=torch.empty(TT, HV, K, device=dev, dtype=dt),
+    )
+    gate = gate_mode(use_gate_in_kernel, lower_bound)
+    _kda_intra_fwd_kernel[(plan.NT, HV)](
+        q, k, v, g, beta, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
+        *out, plan.cu_seqlens, plan.chunk_indices, scale, lower_bound if lower_bound is not None else 0.0,
+        H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,
+        USE_L2NORM=use_qk_l2norm_in_kernel, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
+        HAS_DT_BIAS=gate > 0 and dt_bias is not None, BETA_SIGMOID=use_beta_sigmoid_in_kernel,
+        BETA_SCALE=2.0 if allow_neg_eigval else 1.0, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return out
+
+
+def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, *, output_final_state: bool,
+              state_v_first: bool, store_h: bool, store_v_new: bool, h_dtype: torch.dtype) -> StateOut:
+    TT, HV, K = intra.w.shape
+    dev, dt = intra.w.device, intra.w.dtype
+    cfg = state_config(arch_of(dev), K, V)
+    o = torch.empty(TT, HV, V, device=dev, dtype=dt)
+    shape = (plan.N, HV, V, K) if state_v_first else (plan.N, HV, K, V)
+    ht = torch.empty(shape, device=dev, dtype=torch.float32) if output_final_state else None
+    h = torch.empty(plan.NT, HV, *shape[2:], device=dev, dtype=h_dtype) if store_h else None
+    v_new = torch.empty(TT, HV, V, device=dev, dtype=dt) if store_v_new else None
+    grid = (triton.cdiv(V, cfg.BV), plan.N, HV)
+    _kda_state_fwd_kernel[grid](
+        intra.qg, intra.kg, intra.w, intra.u, intra.Aqk, intra.gcum,
+        initial_state if initial_state is not None else o, o, ht if ht is not None else o,
+        h if h is not None else o, v_new if v_new is not None else o,
+        plan.cu_seqlens, plan.chunk_offsets,
+        HV=HV, K=K, V=V, BT=BT, BK=max(16, triton.next_power_of_2(K)), BV=cfg.BV,
+        HAS_H0=initial_state is not None, STORE_HT=output_final_state, STORE_H=store_h, STORE_VNEW=store_v_new,
+        V_FIRST=state_v_first, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return StateOut(o, ht, h, v_new)

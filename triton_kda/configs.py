@@ -1,0 +1,113 @@
+"""Launch configurations, one small table per architecture; read lazily per device, never at import.
+
+`TRITON_KDA_AUTOTUNE=1` is reserved for tuning experiments; the defaults below need no tuning on first call.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import triton
+
+
+@dataclass(frozen=True)
+class IntraConfig:
+    BC: int        # sub-block rows of the intra-chunk factorisation
+    BK: int        # K slice width
+    BV: int        # V slice width for u
+    num_warps: int
+    num_stages: int
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    BV: int        # V block per program of the recurrence
+    num_warps: int
+    num_stages: int
+
+
+def is_interpreter() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.cache
+def device_arch(device_index: int) -> int:
+    """Compute capability as 80, 86, 89, 90, 100, 120 (0 for the CPU interpreter)."""
+    if device_index < 0:
+        return 0
+    major, minor = torch.cuda.get_device_capability(device_index)
+    return major * 10 + minor
+
+
+def arch_of(device: torch.device) -> int:
+    if device.type != "cuda" or is_interpreter():
+        return 0
+    return device_arch(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def _kpad(K: int) -> int:
+    return max(16, triton.next_power_of_2(K))
+
+
+def intra_config(arch: int, K: int, V: int) -> IntraConfig:
+    BK = min(64, _kpad(K))
+    BV = min(64, _kpad(V))
+    if arch == 0:
+        return IntraConfig(BC=16, BK=BK, BV=BV, num_warps=4, num_stages=1)
+    return IntraConfig(BC=16, BK=BK, BV=BV, num_warps=4, num_stages=2)
+
+
+def state_config(arch: int, K: int, V: int) -> StateConfig:
+    BK = _kpad(K)
+    if arch == 0:
+        return StateConfig(BV=min(32, _kpad(V)), num_warps=4, num_stages=1)
+    BV = 64 if BK <= 128 else 32
+    # large-smem parts (sm80, sm90, sm100) can double-buffer the chunk loads; the 100 KB parts cannot at BK=256
+    stages = 2 if (arch in (80, 90, 100) or BK <= 128) else 1
+    return StateConfig(BV=min(BV, _kpad(V)), num_warps=4, num_stages=stages)
+
+
+class CompileSpec(NamedTuple):
+    name: str
+    fn: object
+    signature: dict
+    constexprs: dict
+    num_warps: int
+    num_stages: int
+
+
+_DTYPES = {"bf16": ("bf16", True), "fp16": ("fp16", False), "fp32": ("fp32", False)}
+
+
+def compile_specs(arch: int) -> list[CompileSpec]:
+    """Every (kernel, launch configuration) the dispatcher can pick on `arch`, for ahead-of-time compilation."""
+    from triton_kda.intra import _kda_intra_fwd_kernel
+    from triton_kda.state import _kda_state_fwd_kernel
+
+    specs = []
+    for K, V in ((64, 64), (128, 128), (256, 256)):
+        for dname, (ty, is_bf16) in _DTYPES.items():
+            prec = "ieee" if dname == "fp32" else "tf32"
+            for BT in (32, 64):
+                ic = intra_config(arch, K, V)
+                sig = {n: "*fp32" for n in ("gcum", "rstd_q", "rstd_k", "beta_act", "Aqk", "Akk")}
+                sig.update({n: f"*{ty}" for n in ("q", "k", "v", "g", "beta", "w", "u", "qg", "kg")})
+                sig.update({"A_log": "*fp32", "dt_bias": "*fp32", "cu_seqlens": "*i64", "chunk_indices": "*i32",
+                            "scale": "fp32", "lower_bound": "fp32"})
+                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=ic.BC, BK=ic.BK, BV=ic.BV, USE_L2NORM=True, GATE=2,
+                          HAS_A_LOG=True, HAS_DT_BIAS=True, BETA_SIGMOID=True, BETA_SCALE=1.0, IS_BF16=is_bf16,
+                          PREC=prec)
+                specs.append(CompileSpec(f"intra_fwd K{K} V{V} BT{BT} {dname}", _kda_intra_fwd_kernel, sig, ce,
+                                         ic.num_warps, ic.num_stages))
+                sc = state_config(arch, K, V)
+                sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "u", "o", "v_new", "h")}
+                sig.update({n: "*fp32" for n in ("Aqk", "gcum", "h0", "ht")})
+                sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
+                ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K), BV=sc.BV, HAS_H0=True, STORE_HT=True, STORE_H=True,
+                          STORE_VNEW=True, V_FIRST=False, IS_BF16=is_bf16, PREC=prec)
+                specs.append(CompileSpec(f"state_fwd K{K} V{V} BT{BT} {dname}", _kda_state_fwd_kernel, sig, ce,
+                                         sc.num_warps, sc.num_stages))
+    return specs

@@ -1,0 +1,245 @@
+"""Intra-chunk stage (forward): gate, cumsum, l2norm, beta, Aqk, (I + L)^-1 and the WY factors, one program per
+(chunk, v-head).
+
+Per chunk (G = inclusive cumsum of the gate in log2 units, scale folded into Aqk and qg):
+    Aqk[i,j] = scale * sum_d q_id k_jd 2^(G_id - G_jd)            j <= i
+    L[i,j]   = beta_i * sum_d k_id k_jd 2^(G_id - G_jd)            j <  i
+    Akk = (I + L)^-1,  w = Akk (beta k 2^G),  u = Akk (beta v),  qg = scale q 2^G,  kg = k 2^(G_last - G)
+
+Exactness without overflow: the chunk is cut into sub-blocks of BC rows. Row block r is anchored at its own first
+row a (a token at or before every row of the block, so outputs stay strictly causal):
+    2^(G_i - G_j) = 2^(G_i - G_a) * 2^(G_a - G_j)
+For columns j < a both factors are <= 1. Inside the diagonal block the second factor is >= 1; it is exact while
+G_a - G_i <= RANGE_MAX for every channel (always true for safe gates in [-5, 0)). Rows whose range exceeds it take
+an exact per-column evaluation instead; the choice depends on tokens <= i only.
+"""
+import triton
+import triton.language as tl
+
+from triton_kda.gate import kda_gate_act
+
+LOG2E = 1.4426950408889634
+RANGE_MAX = 110.0  # log2 units: 2^110 * |k| stays far inside the fp32/bf16 range
+
+
+@triton.jit
+def _op(x, IS_BF16: tl.constexpr):
+    """Operand dtype of the tensor-core products: bf16 for bf16 inputs, fp32 otherwise."""
+    if IS_BF16:
+        x = x.to(tl.bfloat16)
+    return x
+
+
+@triton.jit
+def _chunk_coords(cu_seqlens, chunk_indices, i_t):
+    """(bos int64, sequence length int32, chunk index within the sequence int32) for chunk i_t.
+
+    Block-pointer offsets are sequence-local (int32); the int64 part lives in the base pointer."""
+    i_n = tl.load(chunk_indices + i_t * 2).to(tl.int64)
+    i_c = tl.load(chunk_indices + i_t * 2 + 1).to(tl.int32)
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    return bos, (eos - bos).to(tl.int32), i_c
+
+
+@triton.jit
+def _block_inverse(L, BT: tl.constexpr, BC: tl.constexpr, PREC: tl.constexpr):
+    """(I + L)^-1 for strictly lower-triangular L [BT, BT] (fp32).
+
+    The BC x BC diagonal blocks are inverted by forward substitution, all blocks at once in a [NC, BC, BC] view;
+    then X = (I + N)^-1 D^-1 with N = D^-1 E (E the strictly block-lower part) by NC - 1 block substitution steps.
+    """
+    NC: tl.constexpr = BT // BC
+    o_t = tl.arange(0, BT)
+    o_c = tl.arange(0, BC)
+    same = (o_t[:, None] // BC) == (o_t[None, :] // BC)
+    # P[c, j] = 1 where j % BC == c: moves between the [BT, BT] and the compressed [BT, BC] diagonal forms
+    P = tl.where((o_t[None, :] % BC) == o_c[:, None], 1.0, 0.0)
+    Lc = tl.dot(tl.where(same, L, 0.0), tl.trans(P), input_precision="ieee")
+    L3 = tl.reshape(Lc, (NC, BC, BC))
+    r3 = tl.arange(0, BC)[None, :, None]
+    c3 = tl.arange(0, BC)[None, None, :]
+    X3 = tl.where(r3 == c3, 1.0, 0.0) + tl.zeros((NC, BC, BC), dtype=tl.float32)
+    for r in tl.static_range(1, BC):
+        Lr = tl.sum(tl.where(r3 == r, L3, 0.0), axis=1)
+        new = tl.where(tl.arange(0, BC)[None, :] == r, 1.0, 0.0) - tl.sum(Lr[:, :, None] * X3, axis=1)
+        X3 = tl.where(r3 == r, new[:, None, :], X3)
+    XD = tl.where(same, tl.dot(tl.reshape(X3, (BT, BC)), P, input_precision="ieee"), 0.0)
+    N = tl.dot(XD, tl.where(same, 0.0, L), input_precision=PREC)
+    X = XD
+    for _ in tl.static_range(NC - 1):
+        X = XD - tl.dot(N, X, input_precision=PREC)
+    return X
+
+
+@triton.jit
+def _kda_intra_fwd_kernel(
+    q, k, v, g, beta, A_log, dt_bias,
+    gcum, rstd_q, rstd_k, beta_act, Aqk, Akk, w, u, qg, kg,
+    cu_seqlens, chunk_indices, scale, lower_bound,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    USE_L2NORM: tl.constexpr, GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
+    BETA_SIGMOID: tl.constexpr, BETA_SCALE: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
+):
+    """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (flattened varlen layout).
+    Writes gcum [TT, HV, K] fp32 (log2 units), rstd_q/rstd_k/beta_act [TT, HV] fp32, Aqk/Akk [TT, HV, BT] fp32,
+    w/qg/kg [TT, HV, K] and u [TT, HV, V] in the input dtype."""
+    i_t, i_hv = tl.program_id(0), tl.program_id(1)
+    i_h = i_hv // (HV // H)
+    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
+    t0 = i_c * BT
+    n_valid = tl.minimum(T - t0, BT)
+    o_t = tl.arange(0, BT)
+    m_t = o_t < n_valid
+    NK: tl.constexpr = (K + BK - 1) // BK
+    NC: tl.constexpr = BT // BC
+
+    p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
+    # ---- gate, cumsum, l2 norms, beta -------------------------------------------------------------------------
+    if GATE > 0:
+        if HAS_A_LOG:
+            a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
+        else:
+            a = 1.0
+    ssq_q = tl.zeros((BT,), dtype=tl.float32)
+    ssq_k = tl.zeros((BT,), dtype=tl.float32)
+    for i_k in range(NK):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        m_tk = m_t[:, None] & m_k[None, :]
+        p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        b_g = tl.load(p_g, boundary_check=(0, 1)).to(tl.float32)
+        if GATE > 0:
+            if HAS_DT_BIAS:
+                b_g += tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
+            b_g = kda_gate_act(b_g, a, lower_bound, GATE)
+        b_G = tl.cumsum(tl.where(m_tk, b_g, 0.0), axis=0) * LOG2E
+        p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        tl.store(p_G, b_G, boundary_check=(0, 1))
+        if USE_L2NORM:
+            p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+            p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+            b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
+            b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32)
+            ssq_q += tl.sum(b_q * b_q, axis=1)
+            ssq_k += tl.sum(b_k * b_k, axis=1)
+    if USE_L2NORM:
+        b_rq = 1.0 / tl.sqrt(ssq_q + 1e-6)
+        b_rk = 1.0 / tl.sqrt(ssq_k + 1e-6)
+    else:
+        b_rq = tl.full((BT,), 1.0, dtype=tl.float32)
+        b_rk = tl.full((BT,), 1.0, dtype=tl.float32)
+    b_beta = tl.load(beta + p_row_hv, mask=m_t, other=0.0).to(tl.float32)
+    if BETA_SIGMOID:
+        b_beta = BETA_SCALE * tl.sigmoid(b_beta)
+    b_beta = tl.where(m_t, b_beta, 0.0)
+    tl.store(rstd_q + p_row_hv, b_rq, mask=m_t)
+    tl.store(rstd_k + p_row_hv, b_rk, mask=m_t)
+    tl.store(beta_act + p_row_hv, b_beta, mask=m_t)
+    tl.debug_barrier()
+
+    # ---- Aqk and L, one row block at a time ------------------------------------------------------------------
+    for r in tl.static_range(NC):
+        a0 = r * BC
+        o_i = a0 + tl.arange(0, BC)
+        m_i = o_i < n_valid
+        p_i_hv = (bos + t0 + o_i).to(tl.int64) * HV + i_hv
+        b_rq_i = tl.load(rstd_q + p_i_hv, mask=m_i, other=0.0)
+        b_rk_i = tl.load(rstd_k + p_i_hv, mask=m_i, other=0.0)
+        b_beta_i = tl.load(beta_act + p_i_hv, mask=m_i, other=0.0)
+        m_col = o_t < a0 + BC
+        b_Aqk = tl.zeros((BC, BT), dtype=tl.float32)
+        b_L = tl.zeros((BC, BT), dtype=tl.float32)
+        rng = tl.zeros((BC,), dtype=tl.float32)
+        for i_k in range(NK):
+            o_k = i_k * BK + tl.arange(0, BK)
+            m_k = o_k < K
+            p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0 + a0, i_k * BK), (BC, BK), (1, 0))
+            p_ki = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0 + a0, i_k * BK), (BC, BK), (1, 0))
+            p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+            p_Gi = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0 + a0, i_k * BK),
+                                     (BC, BK), (1, 0))
+            p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+            b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
+            b_ki = tl.load(p_ki, boundary_check=(0, 1)).to(tl.float32)
+            b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32)
+            b_Gi = tl.load(p_Gi, boundary_check=(0, 1))
+            b_G = tl.load(p_G, boundary_check=(0, 1))
+            b_Ga = tl.load(gcum + ((bos + t0 + a0) * HV + i_hv) * K + o_k, mask=m_k & (a0 < n_valid), other=0.0)
+            rng = tl.maximum(rng, tl.max(tl.where(m_k[None, :], b_Ga[None, :] - b_Gi, 0.0), axis=1))
+            e_i = tl.exp2(b_Gi - b_Ga[None, :])
+            b_kc = tl.where(m_col[:, None], b_k * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)), 0.0)
+            b_kc = _op(b_kc, IS_BF16)
+            b_Aqk += tl.dot(_op(b_q * e_i, IS_BF16), tl.trans(b_kc), input_precision=PREC)
+            b_L += tl.dot(_op(b_ki * e_i, IS_BF16), tl.trans(b_kc), input_precision=PREC)
+        exact = rng > RANGE_MAX
+        if tl.max(exact.to(tl.int32), axis=0) > 0:
+            # rows whose in-block gate range is too wide for the anchored product: exact column by column
+            e_Aqk = tl.zeros((BC, BT), dtype=tl.float32)
+            e_L = tl.zeros((BC, BT), dtype=tl.float32)
+            for i_k in range(NK):
+                o_k = i_k * BK + tl.arange(0, BK)
+                m_k = o_k < K
+                p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0 + a0, i_k * BK),
+                                        (BC, BK), (1, 0))
+                p_ki = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0 + a0, i_k * BK),
+                                         (BC, BK), (1, 0))
+                p_Gi = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0 + a0, i_k * BK),
+                                         (BC, BK), (1, 0))
+                b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
+                b_ki = tl.load(p_ki, boundary_check=(0, 1)).to(tl.float32)
+                b_Gi = tl.load(p_Gi, boundary_check=(0, 1))
+                for jj in range(BC):
+                    m_j = m_k & (a0 + jj < n_valid)
+                    b_kj = tl.load(k + ((bos + t0 + a0 + jj) * H + i_h) * K + o_k, mask=m_j, other=0.0).to(tl.float32)
+                    b_Gj = tl.load(gcum + ((bos + t0 + a0 + jj) * HV + i_hv) * K + o_k, mask=m_j, other=0.0)
+                    b_e = b_kj[None, :] * tl.exp2(tl.minimum(b_Gi - b_Gj[None, :], 0.0))
+                    sel = (o_t == a0 + jj)[None, :]
+                    e_Aqk += tl.where(sel, tl.sum(b_q * b_e, axis=1)[:, None], 0.0)
+                    e_L += tl.where(sel, tl.sum(b_ki * b_e, axis=1)[:, None], 0.0)
+            fix = exact[:, None] & (o_t[None, :] >= a0)
+            b_Aqk = tl.where(fix, e_Aqk, b_Aqk)
+            b_L = tl.where(fix, e_L, b_L)
+        m_row = m_i[:, None] & m_t[None, :]
+        b_Aqk = tl.where(m_row & (o_t[None, :] <= o_i[:, None]), b_Aqk * (scale * b_rq_i)[:, None] * b_rk[None, :], 0.0)
+        b_L = tl.where(m_row & (o_t[None, :] < o_i[:, None]), b_L * (b_beta_i * b_rk_i)[:, None] * b_rk[None, :], 0.0)
+        p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0 + a0, 0), (BC, BT), (1, 0))
+        p_L = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0 + a0, 0), (BC, BT), (1, 0))
+        tl.store(p_A, b_Aqk, boundary_check=(0, 1))
+        tl.store(p_L, b_L, boundary_check=(0, 1))
+    tl.debug_barrier()
+
+    # ---- (I + L)^-1 ---------------------------------------------------------------------------------------------
+    p_L = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
+    b_X = _block_inverse(tl.load(p_L, boundary_check=(0, 1)), BT, BC, PREC)
+    tl.debug_barrier()
+    tl.store(p_L, tl.where(m_t[:, None] & m_t[None, :], b_X, 0.0), boundary_check=(0, 1))
+    b_Xop = _op(b_X, IS_BF16)
+
+    # ---- w, qg, kg, u -------------------------------------------------------------------------------------------
+    for i_k in range(NK):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32) * (b_rq * scale)[:, None]
+        b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rk[:, None]
+        b_G = tl.load(p_G, boundary_check=(0, 1))
+        b_Gl = tl.load(gcum + ((bos + t0 + n_valid - 1) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
+        b_eG = tl.exp2(b_G)
+        b_w = tl.dot(b_Xop, _op(b_k * b_beta[:, None] * b_eG, IS_BF16), input_precision=PREC)
+        b_kg = tl.where(m_t[:, None], b_k * tl.exp2(b_Gl[None, :] - b_G), 0.0)
+        p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        tl.store(p_w, b_w.to(p_w.dtype.element_ty), boundary_check=(0, 1))
+        tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
+        tl.store(p_kg, b_kg.to(p_kg.dtype.element_ty), boundary_check=(0, 1))
+    for i_v in range(tl.cdiv(V, BV)):
+        p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        b_v = tl.load(p_v, boundary_check=(0, 1)).to(tl.float32) * b_beta[:, None]
+        b_u = tl.dot(b_Xop, _op(b_v, IS_BF16), input_precision=PREC)
+        tl.store(p_u, b_u.to(p_u.dtype.element_ty), boundary_check=(0, 1))
