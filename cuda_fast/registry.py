@@ -1,0 +1,258 @@
+"""Registry of compiled CUDA backends; the portable Triton path is the fallback for every call.
+
+A backend declares the ops it implements, the compute capabilities it runs on, a priority, an optional environment
+switch, one verifier per op (``verifier(args) -> (ok, reason)``, where ``args`` is the dict of the call's tensors and
+options that the caller builds) and a loader. Nothing is compiled or imported at registration: the loader runs the
+first time the backend is about to be chosen, and a loader that raises only removes that backend (its error
+becomes the rejection reason).
+
+``select(op, args, device)`` reads ``TRITON_KDA_BACKEND`` on every call:
+  ``auto`` (default): the highest-priority backend (ties: registration order) whose capability matches the device,
+      whose switch is on and whose verifier accepts the call; else Triton, with every rejection in the reason.
+  ``triton``: always the Triton path.
+  a backend name: that backend, or ValueError with the reason it cannot take the call.
+The compute capability is read on first use per device index (``torch.cuda.get_device_capability``), never at
+import. Each distinct rejection is logged once at INFO on the logger ``triton_kda.backend``; the last selections
+are kept for ``backend_report()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+import torch
+
+ENV_VAR = "TRITON_KDA_BACKEND"
+AUTO = "auto"
+TRITON = "triton"
+REPORT_LENGTH = 32
+
+logger = logging.getLogger("triton_kda.backend")
+
+Capability = tuple[int, int]
+Verifier = Callable[[dict], tuple[bool, str]]
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Backend:
+    """A compiled implementation of some ops, for some compute capabilities.
+
+    name: how ``TRITON_KDA_BACKEND`` names it (not ``auto`` or ``triton``).
+    ops: op names it implements, e.g. ``{"chunk_kda_fwd"}`` (stored as a frozenset).
+    capabilities: the (major, minor) compute capabilities it runs on, or a predicate on (major, minor).
+    priority: higher wins among the backends that take a call.
+    env_switch: name of an environment variable that disables the backend when set to ``"0"``; None for none.
+    verifiers: for every op in ``ops``, ``verifier(args) -> (ok, reason)`` deciding whether it takes that call.
+    loader: ``loader() -> fn``, returning the callable implementation; runs lazily, at most once.
+    """
+
+    name: str
+    ops: frozenset[str]
+    capabilities: frozenset[Capability] | Callable[[Capability], bool]
+    priority: int = 0
+    env_switch: str | None = None
+    verifiers: Mapping[str, Verifier]
+    loader: Callable[[], Callable[..., Any]]
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name or self.name in (AUTO, TRITON):
+            raise ValueError(f"Backend `name` must be a non-empty string other than {AUTO!r} and {TRITON!r}, "
+                             f"got {self.name!r}.")
+        ops = frozenset([self.ops] if isinstance(self.ops, str) else self.ops)
+        if not ops or not all(isinstance(op, str) for op in ops):
+            raise ValueError(f"Backend {self.name!r}: `ops` must be a non-empty set of op names, got {self.ops!r}.")
+        object.__setattr__(self, "ops", ops)
+        if not callable(self.capabilities):
+            capabilities = frozenset(tuple(cc) for cc in self.capabilities)
+            if not capabilities or not all(len(cc) == 2 and all(isinstance(x, int) for x in cc)
+                                           for cc in capabilities):
+                raise ValueError(f"Backend {self.name!r}: `capabilities` must be a predicate or a non-empty set of "
+                                 f"(major, minor) int pairs, got {self.capabilities!r}.")
+            object.__setattr__(self, "capabilities", capabilities)
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise TypeError(f"Backend {self.name!r}: `priority` must be an int, got {self.priority!r}.")
+        if self.env_switch is not None and (not isinstance(self.env_switch, str) or not self.env_switch):
+            raise ValueError(f"Backend {self.name!r}: `env_switch` must be None or a variable name, "
+                             f"got {self.env_switch!r}.")
+        if set(self.verifiers) != ops or not all(callable(fn) for fn in self.verifiers.values()):
+            raise ValueError(f"Backend {self.name!r}: `verifiers` must map every op in {sorted(ops)} (and no other) "
+                             f"to a callable, got keys {sorted(self.verifiers)}.")
+        object.__setattr__(self, "verifiers", MappingProxyType(dict(self.verifiers)))
+        if not callable(self.loader):
+            raise TypeError(f"Backend {self.name!r}: `loader` must be callable, got {type(self.loader).__name__}.")
+
+    def supports(self, capability: Capability) -> bool:
+        """Whether the backend runs on a device of this (major, minor) compute capability."""
+        if callable(self.capabilities):
+            return bool(self.capabilities(capability))
+        return capability in self.capabilities
+
+
+class Selection(NamedTuple):
+    """The outcome of ``select``: ``fn`` is the backend's implementation, or None for the Triton path."""
+
+    name: str
+    fn: Callable[..., Any] | None
+    reason: str
+
+
+class ReportEntry(NamedTuple):
+    """One past selection, as kept by ``backend_report``."""
+
+    name: str
+    op: str
+    reason: str
+
+
+def cuda_capability(device: torch.device) -> Capability | None:
+    """(major, minor) compute capability of a CUDA device, or None when CUDA is not available."""
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return major, minor
+
+
+class Registry:
+    """Backends, their lazily loaded implementations and the selection report.
+
+    capability_fn: ``fn(device) -> (major, minor) | None`` (None: CUDA not available); injectable for tests.
+    report_length: how many past selections ``backend_report`` keeps.
+    """
+
+    def __init__(self, capability_fn: Callable[[torch.device], Capability | None] = cuda_capability,
+                 report_length: int = REPORT_LENGTH):
+        self._capability_fn = capability_fn
+        self._backends: dict[str, Backend] = {}
+        self._capabilities: dict[int, Capability | None] = {}
+        self._loaded: dict[str, Callable[..., Any]] = {}
+        self._load_errors: dict[str, str] = {}
+        self._logged: set[tuple[str, str, str]] = set()
+        self._report: deque[ReportEntry] = deque(maxlen=report_length)
+
+    def register(self, backend: Backend) -> None:
+        """Add a backend; its loader does not run now. ValueError if the name is taken."""
+        if not isinstance(backend, Backend):
+            raise TypeError(f"register() takes a Backend, got {type(backend).__name__}.")
+        if backend.name in self._backends:
+            raise ValueError(f"A backend named {backend.name!r} is already registered.")
+        self._backends[backend.name] = backend
+
+    def registered(self) -> tuple[Backend, ...]:
+        """The registered backends, in registration order."""
+        return tuple(self._backends.values())
+
+    def backend_report(self) -> list[ReportEntry]:
+        """The last selections (oldest first), at most ``report_length`` of them."""
+        return list(self._report)
+
+    def clear_backend_report(self) -> None:
+        self._report.clear()
+
+    def select(self, op: str, args: dict, device: torch.device | str) -> Selection:
+        """Choose the implementation of ``op`` for a call with ``args`` on ``device`` (see the module docstring).
+
+        Raises ValueError when ``TRITON_KDA_BACKEND`` names an unknown backend, or one that cannot take the call.
+        """
+        mode = os.environ.get(ENV_VAR, AUTO).strip() or AUTO
+        device = torch.device(device)
+        if mode == TRITON:
+            selection = Selection(TRITON, None, f"forced by {ENV_VAR}={TRITON}")
+        elif mode == AUTO:
+            selection = self._auto(op, args, device)
+        elif mode in self._backends:
+            selection = self._forced(self._backends[mode], op, args, device)
+        else:
+            known = ", ".join([AUTO, TRITON, *self._backends])
+            raise ValueError(f"{ENV_VAR}={mode!r} names no known backend; expected one of: {known}.")
+        self._report.append(ReportEntry(selection.name, op, selection.reason))
+        return selection
+
+    def _auto(self, op: str, args: dict, device: torch.device) -> Selection:
+        unavailable = self._device_problem(device)
+        if unavailable is not None:
+            return Selection(TRITON, None, unavailable)
+        candidates = sorted((b for b in self._backends.values() if op in b.ops), key=lambda b: -b.priority)
+        if not candidates:
+            return Selection(TRITON, None, f"no CUDA backend registered for {op}")
+        rejections = []
+        for backend in candidates:
+            fn, reason = self._try(backend, op, args, device)
+            if fn is not None:
+                skipped = f"; skipped {'; '.join(rejections)}" if rejections else ""
+                return Selection(backend.name, fn, f"{backend.name} (priority {backend.priority}): {reason}{skipped}")
+            rejections.append(f"{backend.name}: {reason}")
+            self._log_once(backend.name, op, reason)
+        return Selection(TRITON, None, f"no CUDA backend takes the call: {'; '.join(rejections)}")
+
+    def _forced(self, backend: Backend, op: str, args: dict, device: torch.device) -> Selection:
+        reason = self._device_problem(device)
+        if reason is None and op not in backend.ops:
+            reason = f"it implements {sorted(backend.ops)}, not {op}"
+        if reason is None:
+            fn, reason = self._try(backend, op, args, device)
+            if fn is not None:
+                return Selection(backend.name, fn, f"forced by {ENV_VAR}={backend.name}: {reason}")
+        raise ValueError(f"{ENV_VAR}={backend.name} forces backend {backend.name!r}, which cannot take this {op} "
+                         f"call: {reason}")
+
+    def _device_problem(self, device: torch.device) -> str | None:
+        if device.type != "cuda":
+            return f"inputs are on {device}, not a CUDA device"
+        if self._capability(device) is None:
+            return "CUDA is not available"
+        return None
+
+    def _capability(self, device: torch.device) -> Capability | None:
+        if device.index is not None and device.index in self._capabilities:
+            return self._capabilities[device.index]
+        capability = self._capability_fn(device)
+        if device.index is not None:  # a bare "cuda" follows the current device, so it is not cached
+            self._capabilities[device.index] = capability
+        return capability
+
+    def _try(self, backend: Backend, op: str, args: dict, device: torch.device) -> tuple[Callable | None, str]:
+        """(fn, verifier's reason) when the backend takes the call, else (None, why not)."""
+        if backend.env_switch is not None and os.environ.get(backend.env_switch) == "0":
+            return None, f"disabled by {backend.env_switch}=0"
+        major, minor = capability = self._capability(device)
+        if not backend.supports(capability):
+            return None, f"compute capability {major}.{minor} of {device} is not supported"
+        ok, reason = backend.verifiers[op](args)
+        if not ok:
+            return None, f"verifier: {reason}"
+        fn = self._load(backend)
+        if fn is None:
+            return None, self._load_errors[backend.name]
+        return fn, reason
+
+    def _load(self, backend: Backend) -> Callable[..., Any] | None:
+        if backend.name not in self._loaded and backend.name not in self._load_errors:
+            try:
+                fn = backend.loader()
+            except Exception as error:  # a missing or broken build only removes this backend
+                self._load_errors[backend.name] = f"loader failed: {type(error).__name__}: {error}"
+            else:
+                if callable(fn):
+                    self._loaded[backend.name] = fn
+                else:
+                    self._load_errors[backend.name] = f"loader returned {type(fn).__name__}, not a callable"
+        return self._loaded.get(backend.name)
+
+    def _log_once(self, name: str, op: str, reason: str) -> None:
+        if (name, op, reason) not in self._logged:
+            self._logged.add((name, op, reason))
+            logger.info("backend %s rejected for %s: %s", name, op, reason)
+
+
+default_registry = Registry()
+register = default_registry.register
+registered = default_registry.registered
+select = default_registry.select
+backend_report = default_registry.backend_report
+clear_backend_report = default_registry.clear_backend_report

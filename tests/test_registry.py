@@ -1,0 +1,264 @@
+"""cuda_fast registry: selection, fallbacks, forcing, lazy loading, logging and the report, with fake backends.
+
+Every test builds its own Registry with an injected compute capability, so nothing touches a GPU or the global
+registry (except the last test, which only reads it).
+"""
+
+import logging
+
+import pytest
+import torch
+
+import cuda_fast
+from cuda_fast.registry import ENV_VAR, Backend, Registry, ReportEntry
+
+OP = "chunk_kda_fwd"
+CUDA0 = torch.device("cuda", 0)
+
+
+@pytest.fixture(autouse=True)
+def _auto_mode(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+def impl(name):
+    def fn(**kwargs):
+        return name
+    return fn
+
+
+def fake(name, priority=0, ops=(OP,), capabilities=((9, 0),), env_switch=None, verdict=(True, "fits"),
+         loader=None, loads=None):
+    """A Backend whose verifiers all return `verdict`; `loads` (a list) records each loader call."""
+    def default_loader():
+        if loads is not None:
+            loads.append(name)
+        return impl(name)
+    return Backend(name=name, ops=frozenset(ops), capabilities=capabilities, priority=priority,
+                   env_switch=env_switch, verifiers={op: (lambda args: verdict) for op in ops},
+                   loader=loader or default_loader)
+
+
+def registry(*backends, capability=(9, 0), calls=None):
+    def capability_fn(device):
+        if calls is not None:
+            calls.append(device.index)
+        return capability
+    reg = Registry(capability_fn=capability_fn)
+    for backend in backends:
+        reg.register(backend)
+    return reg
+
+
+def test_auto_picks_highest_priority_that_verifies():
+    reg = registry(fake("low", priority=1), fake("mid", priority=5),
+                   fake("high", priority=9, verdict=(False, "K=300 > 128")))
+    sel = reg.select(OP, {"K": 300}, CUDA0)
+    assert sel.name == "mid" and sel.fn() == "mid"
+    assert sel.reason == "mid (priority 5): fits; skipped high: verifier: K=300 > 128"
+
+
+def test_equal_priority_keeps_registration_order():
+    assert registry(fake("first"), fake("second")).select(OP, {}, CUDA0).name == "first"
+
+
+def test_verifier_rejection_falls_back_to_triton_with_reason():
+    sel = registry(fake("sm90", verdict=(False, "V=512 unsupported"))).select(OP, {}, CUDA0)
+    assert sel == ("triton", None, "no CUDA backend takes the call: sm90: verifier: V=512 unsupported")
+
+
+def test_backend_without_the_op_is_ignored():
+    sel = registry(fake("bwd_only", ops=("chunk_kda_bwd",))).select(OP, {}, CUDA0)
+    assert sel == ("triton", None, f"no CUDA backend registered for {OP}")
+
+
+def test_env_switch_off(monkeypatch):
+    loads = []
+    reg = registry(fake("sm90", env_switch="KDA_FAKE_SM90", loads=loads))
+    monkeypatch.setenv("KDA_FAKE_SM90", "0")
+    sel = reg.select(OP, {}, CUDA0)
+    assert sel.name == "triton" and "sm90: disabled by KDA_FAKE_SM90=0" in sel.reason
+    assert loads == []
+    monkeypatch.setenv("KDA_FAKE_SM90", "1")
+    assert reg.select(OP, {}, CUDA0).name == "sm90"
+
+
+def test_forcing_triton(monkeypatch):
+    loads = []
+    reg = registry(fake("sm90", priority=9, loads=loads))
+    monkeypatch.setenv(ENV_VAR, "triton")
+    assert reg.select(OP, {}, CUDA0) == ("triton", None, f"forced by {ENV_VAR}=triton")
+    assert loads == []
+
+
+def test_forcing_a_backend_over_a_higher_priority_one(monkeypatch):
+    reg = registry(fake("low", priority=1), fake("high", priority=9))
+    monkeypatch.setenv(ENV_VAR, "low")
+    sel = reg.select(OP, {}, CUDA0)
+    assert sel.name == "low" and sel.fn() == "low" and sel.reason == f"forced by {ENV_VAR}=low: fits"
+
+
+@pytest.mark.parametrize("backend, device, reason", [
+    pytest.param(fake("sm90", verdict=(False, "K=300 > 128")), CUDA0, r"cannot take this chunk_kda_fwd call: "
+                 r"verifier: K=300 > 128", id="verifier"),
+    pytest.param(fake("sm90", ops=("chunk_kda_bwd",)), CUDA0, r"it implements \['chunk_kda_bwd'\], not chunk_kda_fwd",
+                 id="op"),
+    pytest.param(fake("sm90", capabilities=((10, 0),)), CUDA0, r"compute capability 9\.0 of cuda:0 is not supported",
+                 id="capability"),
+    pytest.param(fake("sm90"), torch.device("cpu"), r"inputs are on cpu, not a CUDA device", id="cpu"),
+    pytest.param(fake("sm90", loader=lambda: 1 / 0), CUDA0, r"loader failed: ZeroDivisionError", id="loader"),
+])
+def test_forcing_a_backend_that_cannot_take_the_call(monkeypatch, backend, device, reason):
+    reg = registry(backend)
+    monkeypatch.setenv(ENV_VAR, "sm90")
+    with pytest.raises(ValueError, match=rf"{ENV_VAR}=sm90 forces backend 'sm90'.*{reason}"):
+        reg.select(OP, {}, device)
+    assert reg.backend_report() == []
+
+
+def test_unknown_backend_name(monkeypatch):
+    reg = registry(fake("sm90"), fake("sm100"))
+    monkeypatch.setenv(ENV_VAR, "sm80")
+    with pytest.raises(ValueError, match=rf"{ENV_VAR}='sm80' names no known backend; expected one of: auto, triton, "
+                                         r"sm90, sm100\."):
+        reg.select(OP, {}, CUDA0)
+
+
+def test_loader_failure_is_reported_skipped_and_not_retried():
+    attempts = []
+
+    def broken_loader():
+        attempts.append(1)
+        raise ImportError("cuda_fast._sm90 was not built")
+
+    reg = registry(fake("sm90", priority=9, loader=broken_loader), fake("fallback", priority=1))
+    for _ in range(2):
+        sel = reg.select(OP, {}, CUDA0)
+        assert sel.name == "fallback"
+        assert "skipped sm90: loader failed: ImportError: cuda_fast._sm90 was not built" in sel.reason
+    assert attempts == [1]
+
+
+def test_loader_returning_a_non_callable_is_rejected():
+    sel = registry(fake("sm90", loader=lambda: None)).select(OP, {}, CUDA0)
+    assert sel.name == "triton" and "sm90: loader returned NoneType, not a callable" in sel.reason
+
+
+def test_loader_runs_lazily_once():
+    loads = []
+    reg = registry(fake("sm90", loads=loads))
+    assert loads == []
+    for _ in range(3):
+        assert reg.select(OP, {}, CUDA0).name == "sm90"
+    assert loads == ["sm90"]
+
+
+@pytest.mark.parametrize("capabilities, device_cc, chosen", [
+    pytest.param(((9, 0),), (10, 0), "triton", id="set-mismatch"),
+    pytest.param(((9, 0), (10, 0)), (10, 0), "sm9x", id="set-match"),
+    pytest.param(lambda cc: cc >= (9, 0), (8, 9), "triton", id="predicate-mismatch"),
+    pytest.param(lambda cc: cc >= (9, 0), (12, 0), "sm9x", id="predicate-match"),
+])
+def test_capability(capabilities, device_cc, chosen):
+    sel = registry(fake("sm9x", capabilities=capabilities), capability=device_cc).select(OP, {}, CUDA0)
+    assert sel.name == chosen
+    if chosen == "triton":
+        assert f"compute capability {device_cc[0]}.{device_cc[1]} of cuda:0 is not supported" in sel.reason
+
+
+def test_cpu_and_no_cuda_go_to_triton_without_probing():
+    calls = []
+    reg = registry(fake("sm90"), calls=calls)
+    assert reg.select(OP, {}, "cpu") == ("triton", None, "inputs are on cpu, not a CUDA device")
+    assert calls == []
+    no_cuda = registry(fake("sm90"), capability=None)
+    assert no_cuda.select(OP, {}, CUDA0) == ("triton", None, "CUDA is not available")
+
+
+def test_capability_read_lazily_and_cached_per_device_index():
+    calls = []
+    reg = registry(fake("sm90"), calls=calls)
+    assert calls == []
+    for device in ("cuda:0", "cuda:0", "cuda:1", "cuda:1", "cuda:0"):
+        reg.select(OP, {}, device)
+    assert calls == [0, 1]
+
+
+def test_report_contents_bounded_and_clearable(monkeypatch):
+    reg = registry(fake("sm90", ops=(OP, "chunk_kda_bwd")))
+    reg.select(OP, {}, CUDA0)
+    reg.select("chunk_kda_bwd", {}, "cpu")
+    monkeypatch.setenv(ENV_VAR, "triton")
+    reg.select(OP, {}, CUDA0)
+    assert reg.backend_report() == [
+        ReportEntry("sm90", OP, "sm90 (priority 0): fits"),
+        ReportEntry("triton", "chunk_kda_bwd", "inputs are on cpu, not a CUDA device"),
+        ReportEntry("triton", OP, f"forced by {ENV_VAR}=triton"),
+    ]
+    for i in range(40):
+        reg.select(f"op{i}", {}, CUDA0)
+    report = reg.backend_report()
+    assert len(report) == 32 and report[0].op == "op8" and report[-1].op == "op39"
+    reg.clear_backend_report()
+    assert reg.backend_report() == []
+
+
+def test_rejection_logged_once_at_info(caplog):
+    verdict = [False, "K=300 > 128"]
+    backend = Backend(name="sm90", ops=frozenset({OP}), capabilities={(9, 0)},
+                      verifiers={OP: lambda args: tuple(verdict)}, loader=lambda: impl("sm90"))
+    reg = registry(backend)
+    with caplog.at_level(logging.INFO, logger="triton_kda.backend"):
+        for _ in range(3):
+            reg.select(OP, {}, CUDA0)
+        verdict[1] = "V=512 > 256"
+        reg.select(OP, {}, CUDA0)
+        reg.select(OP, {}, CUDA0)
+    records = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+    assert records == [
+        ("triton_kda.backend", logging.INFO, f"backend sm90 rejected for {OP}: verifier: K=300 > 128"),
+        ("triton_kda.backend", logging.INFO, f"backend sm90 rejected for {OP}: verifier: V=512 > 256"),
+    ]
+
+
+@pytest.mark.parametrize("overrides, exc, match", [
+    pytest.param({"name": "triton"}, ValueError, r"other than 'auto' and 'triton', got 'triton'", id="reserved-name"),
+    pytest.param({"ops": frozenset()}, ValueError, r"`ops` must be a non-empty set", id="no-ops"),
+    pytest.param({"capabilities": {(9,)}}, ValueError, r"`capabilities` must be a predicate or", id="bad-capability"),
+    pytest.param({"priority": "high"}, TypeError, r"`priority` must be an int", id="priority-str"),
+    pytest.param({"env_switch": ""}, ValueError, r"`env_switch` must be None or a variable name", id="empty-switch"),
+    pytest.param({"verifiers": {}}, ValueError, r"`verifiers` must map every op in \['chunk_kda_fwd'\]",
+                 id="missing-verifier"),
+    pytest.param({"loader": "cuda_fast._sm90"}, TypeError, r"`loader` must be callable, got str", id="loader-str"),
+])
+def test_backend_declaration_errors(overrides, exc, match):
+    fields = dict(name="sm90", ops=frozenset({OP}), capabilities={(9, 0)}, verifiers={OP: lambda args: (True, "")},
+                  loader=lambda: impl("sm90"))
+    fields.update(overrides)
+    with pytest.raises(exc, match=match):
+        Backend(**fields)
+
+
+def test_backend_normalises_ops_and_capabilities():
+    backend = Backend(name="sm90", ops=OP, capabilities=[[9, 0]], verifiers={OP: lambda args: (True, "")},
+                      loader=lambda: impl("sm90"))
+    assert backend.ops == frozenset({OP}) and backend.capabilities == frozenset({(9, 0)})
+    assert backend.supports((9, 0)) and not backend.supports((9, 1))
+
+
+def test_register_errors():
+    reg = registry(fake("sm90"))
+    with pytest.raises(ValueError, match=r"A backend named 'sm90' is already registered"):
+        reg.register(fake("sm90"))
+    with pytest.raises(TypeError, match=r"register\(\) takes a Backend, got dict"):
+        reg.register({"name": "sm100"})
+    assert [b.name for b in reg.registered()] == ["sm90"]
+
+
+def test_module_level_api_uses_the_default_registry():
+    cuda_fast.clear_backend_report()
+    sel = cuda_fast.select(OP, {}, torch.device("cpu"))
+    assert sel == ("triton", None, "inputs are on cpu, not a CUDA device")
+    assert cuda_fast.backend_report() == [ReportEntry("triton", OP, "inputs are on cpu, not a CUDA device")]
+    cuda_fast.clear_backend_report()
+    assert cuda_fast.registered() == cuda_fast.registry.default_registry.registered()
