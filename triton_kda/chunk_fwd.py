@@ -110,7 +110,7 @@ def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, 
               state_v_first: bool, store_h: bool, store_v_new: bool, h_dtype: torch.dtype) -> StateOut:
     TT, HV, K = intra.w.shape
     dev, dt = intra.w.device, intra.w.dtype
-    cfg = state_config(arch_of(dev), K, V)
+    cfg = state_config(arch_of(dev), K, V, intra.w.element_size())
     o = torch.empty(TT, HV, V, device=dev, dtype=dt)
     shape = (plan.N, HV, V, K) if state_v_first else (plan.N, HV, K, V)
     ht = torch.empty(shape, device=dev, dtype=torch.float32) if output_final_state else None

@@ -60,13 +60,19 @@ def intra_config(arch: int, K: int, V: int) -> IntraConfig:
     return IntraConfig(BC=16, BK=BK, BV=BV, num_warps=4, num_stages=2)
 
 
-def state_config(arch: int, K: int, V: int) -> StateConfig:
+def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
+    """elem_size: bytes per element of the stored intermediates (2 for bf16/fp16, 4 for fp32)."""
     BK = _kpad(K)
     if arch == 0:
         return StateConfig(BV=min(32, _kpad(V)), num_warps=4, num_stages=1)
-    BV = 64 if BK <= 128 else 32
-    # large-smem parts (sm80, sm90, sm100) can double-buffer the chunk loads; the 100 KB parts cannot at BK=256
-    stages = 2 if (arch in (80, 90, 100) or BK <= 128) else 1
+    if elem_size == 2:
+        BV = 64 if BK <= 128 else 32
+    else:
+        BV = 32 if BK <= 128 else 16
+    # double-buffer the chunk loads where shared memory allows: everywhere at 2-byte BK <= 128; on the 228 KB
+    # parts (sm80, sm90, sm100) for every case but fp32 at BK = 256
+    big_smem = arch in (80, 90, 100)
+    stages = 2 if (elem_size == 2 and BK <= 128) or (big_smem and elem_size * BK < 1024) else 1
     return StateConfig(BV=min(BV, _kpad(V)), num_warps=4, num_stages=stages)
 
 
@@ -102,7 +108,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                           PREC=prec)
                 specs.append(CompileSpec(f"intra_fwd K{K} V{V} BT{BT} {dname}", _kda_intra_fwd_kernel, sig, ce,
                                          ic.num_warps, ic.num_stages))
-                sc = state_config(arch, K, V)
+                sc = state_config(arch, K, V, 4 if dname == "fp32" else 2)
                 sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "u", "o", "v_new", "h")}
                 sig.update({n: "*fp32" for n in ("Aqk", "gcum", "h0", "ht")})
                 sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})

@@ -18,8 +18,8 @@ import triton.language as tl
 
 from triton_kda.gate import kda_gate_act
 
-LOG2E = 1.4426950408889634
-RANGE_MAX = 110.0  # log2 units: 2^110 * |k| stays far inside the fp32/bf16 range
+LOG2E = tl.constexpr(1.4426950408889634)
+RANGE_MAX = tl.constexpr(110.0)  # log2 units: 2^110 * |k| stays far inside the fp32/bf16 range
 
 
 @triton.jit
@@ -27,6 +27,8 @@ def _op(x, IS_BF16: tl.constexpr):
     """Operand dtype of the tensor-core products: bf16 for bf16 inputs, fp32 otherwise."""
     if IS_BF16:
         x = x.to(tl.bfloat16)
+    else:
+        x = x.to(tl.float32)
     return x
 
 
