@@ -69,10 +69,9 @@ def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
         BV = 64 if BK <= 128 else 32
     else:
         BV = 32 if BK <= 128 else 16
-    # double-buffer the chunk loads where shared memory allows: everywhere at 2-byte BK <= 128; on the 228 KB
-    # parts (sm80, sm90, sm100) for every case but fp32 at BK = 256
-    big_smem = arch in (80, 90, 100)
-    stages = 2 if (elem_size == 2 and BK <= 128) or (big_smem and elem_size * BK < 1024) else 1
+    # double-buffer the chunk loads only for rows of <= 256 bytes: triton 3.6 pipelines the chunk loop deeper than
+    # 3.7 and ran out of shared memory on sm90 at bf16 BK = 256 with two stages (237568 B > 232448 B)
+    stages = 2 if elem_size * BK <= 256 else 1
     return StateConfig(BV=min(BV, _kpad(V)), num_warps=4, num_stages=stages)
 
 
