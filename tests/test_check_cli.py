@@ -1,0 +1,331 @@
+"""kda-check's logic with fake results (thresholds, tables, baselines, exit codes, argument parsing), the runner
+with fake backends built on the oracle, and one end-to-end smoke run of the real quick grid."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from reference.kda import kda_recurrent
+from triton_kda.check import cli
+from triton_kda.check.baseline import FLOORS, compare_baseline, load_baseline, regressed, save_baseline
+from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
+from triton_kda.check.runner import Backend, Row, check_config, threshold
+from triton_kda.check.table import build_table, exit_code, render
+
+NAN = math.nan
+
+
+def _row(config="cfg", backend="triton", tensor="o", rel=1e-6, mx=2e-6, thr=1e-5, passed=None, info=False, reason=""):
+    return Row(config, backend, tensor, rel, mx, thr, rel <= thr if passed is None else passed, info, reason)
+
+
+# ---------------------------------------------------------------- thresholds
+
+@pytest.mark.parametrize(
+    ("tensor", "dtype", "expected"),
+    [
+        ("o", "fp32", 1e-5), ("dg", "fp32", 1e-5), ("dh0", "fp32", 1e-5),
+        ("o", "fp16", 5e-3), ("final_state", "bf16", 5e-3),
+        ("dq", "fp16", 8e-3), ("dk", "bf16", 8e-3), ("dv", "fp16", 8e-3),
+        ("dg", "bf16", 2e-2), ("dbeta", "fp16", 2e-2),
+        ("dA_log", "bf16", 1e-2), ("ddt_bias", "fp16", 1e-2), ("dh0", "bf16", 1e-2),
+    ],
+    ids=lambda x: str(x),
+)
+def test_threshold_lookup(tensor, dtype, expected):
+    assert threshold(tensor, dtype) == expected
+
+
+@pytest.mark.parametrize(("tensor", "dtype", "match"), [("dz", "fp32", "`tensor`"), ("o", "fp64", "`dtype`")],
+                         ids=["unknown-tensor", "unknown-dtype"])
+def test_threshold_rejects_unknown(tensor, dtype, match):
+    with pytest.raises(ValueError, match=match):
+        threshold(tensor, dtype)
+
+
+# ---------------------------------------------------------------- grids
+
+def test_quick_grid_is_tiny_and_covers_the_flags():
+    grid = quick_grid()
+    ids = [c.id for c in grid]
+    assert len(set(ids)) == len(ids)
+    assert 8 <= len(grid) <= 16
+    assert all(c.T <= 80 and c.K <= 32 and c.V <= 32 and c.dtype in ("fp32", "fp16") for c in grid)
+    for flag in ("use_qk_l2norm_in_kernel", "use_gate_in_kernel", "safe_gate", "use_beta_sigmoid_in_kernel",
+                 "allow_neg_eigval", "initial_state", "output_final_state", "state_v_first"):
+        assert any(getattr(c, flag) for c in grid), flag
+    assert any(c.lower_bound is not None for c in grid)
+    assert any(c.seqlens is not None and 0 in c.seqlens for c in grid)
+    assert any(c.HV > c.H for c in grid)
+    assert {c.chunk_size for c in grid} == {32, 64}
+    assert any(c.T < 64 for c in grid) and any(c.T % 64 for c in grid if c.T > 64)
+
+
+def test_full_grid_dtypes():
+    grid = full_grid(("fp32", "bf16"))
+    assert {c.dtype for c in grid} == {"fp32", "bf16"}
+    assert len({c.id for c in grid}) == len(grid)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [(dict(dtype="fp64"), "`dtype`"), (dict(gate="soft"), "`gate`"), (dict(seqlens=(3, 4)), "varlen")],
+    ids=["bad-dtype", "bad-gate", "bad-seqlens"],
+)
+def test_check_config_rejects_bad_fields(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CheckConfig(1, 8, 1, 1, 16, 16, **kwargs)
+
+
+# ---------------------------------------------------------------- tables and exit codes
+
+def test_table_columns_status_and_render():
+    rows = [
+        _row(tensor="o"),
+        _row(tensor="dq", rel=NAN, mx=NAN, passed=False, reason="backward not implemented"),
+        _row(backend="fla", tensor="o", rel=3e-5, info=True),
+    ]
+    df = build_table(rows)
+    assert list(df.columns) == ["config", "backend", "tensor", "rel_rmse", "max_abs", "threshold", "passed",
+                                "informational", "status", "reason"]
+    assert list(df["status"]) == ["pass", "FAIL", "fail (info)"]
+    text = render(df)
+    assert "backward not implemented" in text and "1.00e-06" in text and " - " in text
+    assert text.splitlines()[-1] == "3 rows: 1 failing the run, 1 informational failures"
+
+
+def test_build_table_rejects_empty():
+    with pytest.raises(ValueError, match="empty"):
+        build_table([])
+
+
+@pytest.mark.parametrize(
+    ("rows", "code"),
+    [
+        ([_row(), _row(tensor="dq")], 0),
+        ([_row(), _row(tensor="dq", rel=2e-5)], 1),
+        ([_row(), _row(tensor="dq", rel=NAN, mx=NAN, passed=False, reason="backward not implemented")], 1),
+        ([_row(), _row(backend="fla", rel=1.0, info=True)], 0),
+    ],
+    ids=["all-pass", "above-threshold", "backward-missing", "fla-fail-is-info"],
+)
+def test_exit_code(rows, code):
+    assert exit_code(build_table(rows)) == code
+
+
+# ---------------------------------------------------------------- baselines
+
+@pytest.mark.parametrize(
+    ("new", "old", "floor", "expected"),
+    [
+        (2.1e-5, 1e-5, 1e-6, True),
+        (1.9e-5, 1e-5, 1e-6, False),
+        (3e-9, 1e-9, 1e-6, False),
+        (3e-6, 1e-9, 1e-6, True),
+        (NAN, 1e-5, 1e-6, True),
+        (1e-5, NAN, 1e-6, False),
+        (NAN, NAN, 1e-6, False),
+    ],
+    ids=["grew-2.1x", "grew-1.9x", "noise-under-floor", "grew-past-floor", "nan-now", "nan-before", "nan-both"],
+)
+def test_regressed_rule(new, old, floor, expected):
+    assert regressed(new, old, floor) is expected
+
+
+def test_baseline_save_load_roundtrip(tmp_path):
+    df = build_table([_row(tensor="o"), _row(tensor="dq", rel=NAN, mx=NAN, passed=False)])
+    path = tmp_path / "base.json"
+    save_baseline(df, path, {"device": "test"})
+    data = json.loads(path.read_text())
+    assert data["meta"] == {"device": "test"}
+    assert data["rows"][1]["rel_rmse"] is None
+    loaded = load_baseline(path)
+    assert list(loaded.columns) == ["config", "backend", "tensor", "rel_rmse", "max_abs"]
+    assert loaded.loc[0, "rel_rmse"] == 1e-6 and math.isnan(loaded.loc[1, "rel_rmse"])
+
+
+@pytest.mark.parametrize("content", ["not json", '{"rows": []}', '{"format": "kda-check-baseline/1"}'],
+                         ids=["not-json", "no-format", "no-rows"])
+def test_load_baseline_rejects_other_files(tmp_path, content):
+    path = tmp_path / "base.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="baseline"):
+        load_baseline(path)
+
+
+def test_compare_baseline_flags_growth_only():
+    base = pd.DataFrame([
+        {"config": "cfg", "backend": "triton", "tensor": "o", "rel_rmse": 1e-6, "max_abs": 1e-6},
+        {"config": "cfg", "backend": "triton", "tensor": "dq", "rel_rmse": 1e-9, "max_abs": 1e-9},
+        {"config": "cfg", "backend": "triton", "tensor": "dk", "rel_rmse": 2e-6, "max_abs": 1e-6},
+        {"config": "cfg", "backend": "fla", "tensor": "o", "rel_rmse": 1e-7, "max_abs": 1e-7},
+    ])
+    rows = [
+        _row(tensor="o", rel=3e-6, mx=1e-6),       # rel_rmse grew 3x above the floor
+        _row(tensor="dq", rel=3e-9, mx=3e-9),      # 3x, but noise under the floors
+        _row(tensor="dk", rel=2e-6, mx=1e-4),      # max_abs grew 100x
+        _row(tensor="dv", rel=1e-6, mx=1e-6),      # not in the baseline
+        _row(backend="fla", tensor="o", rel=5e-6, mx=1e-7, info=True),
+    ]
+    df = compare_baseline(build_table(rows), base)
+    assert list(df["regressed"]) == [True, False, True, False, True]
+    assert list(df["status"]) == ["REGRESSED", "pass", "REGRESSED", "pass", "regressed (info)"]
+    assert math.isnan(df.loc[3, "base_rel_rmse"])
+    assert exit_code(df) == 1
+    assert exit_code(compare_baseline(build_table(rows[1:2] + rows[3:]), base)) == 0
+    assert FLOORS["rel_rmse"] > 3e-9
+
+
+# ---------------------------------------------------------------- report() and main() with fake runner results
+
+def test_report_writes_outputs_and_baseline(tmp_path, capsys):
+    rows = [_row(tensor="o"), _row(tensor="final_state", rel=2e-6)]
+    code = cli.report(rows, out=tmp_path / "out", save_to=tmp_path / "base.json", meta={"device": "fake"})
+    assert code == 0
+    csv = pd.read_csv(tmp_path / "out" / "kda-check.csv")
+    assert list(csv["tensor"]) == ["o", "final_state"] and list(csv["status"]) == ["pass", "pass"]
+    records = json.loads((tmp_path / "out" / "kda-check.json").read_text())
+    assert records[1]["rel_rmse"] == 2e-6
+    assert len(load_baseline(tmp_path / "base.json")) == 2
+    assert "2 rows: 0 failing the run" in capsys.readouterr().out
+
+
+def _fake_run_grid(rel):
+    def run_grid(configs, backends, device, *, backward, progress=None):
+        names = ["o", "dq"] if backward else ["o"]
+        return [_row(config=c.id, tensor=n, rel=rel, mx=rel) for c in configs for n in names]
+    return run_grid
+
+
+def test_main_baseline_cycle_with_fake_runner(tmp_path, monkeypatch, capsys):
+    base = tmp_path / "base.json"
+    monkeypatch.setattr(cli, "run_grid", _fake_run_grid(1e-6))
+    assert cli.main(["--quick", "--filter", "fp16", "--save-baseline", str(base), "--out", str(tmp_path)]) == 0
+    assert len(load_baseline(base)) == 4  # two fp16 configs x (o, dq)
+    monkeypatch.setattr(cli, "run_grid", _fake_run_grid(1.5e-6))
+    assert cli.main(["--quick", "--filter", "fp16", "--baseline", str(base)]) == 0
+    monkeypatch.setattr(cli, "run_grid", _fake_run_grid(5e-6))
+    capsys.readouterr()
+    assert cli.main(["--quick", "--filter", "fp16", "--baseline", str(base), "--fwd-only"]) == 1
+    out = capsys.readouterr().out
+    assert "regressed against the baseline: B1-T64-H1-HV1-K16-V16-fp16-h0-ht triton o" in out
+    monkeypatch.setattr(cli, "run_grid", _fake_run_grid(2e-5))
+    assert cli.main(["--quick", "--filter", "fp16"]) == 1
+
+
+def test_main_list_and_filter(capsys):
+    assert cli.main(["--quick", "--list", "--filter", "seqlens"]) == 0
+    ids = capsys.readouterr().out.split()
+    assert ids and all("seqlens" in i for i in ids)
+    assert cli.main(["--quick", "--filter", "no-such-config"]) == cli.USAGE_ERROR
+
+
+def test_main_bad_baseline_is_a_usage_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "run_grid", _fake_run_grid(1e-6))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert cli.main(["--quick", "--filter", "fp16", "--baseline", str(bad)]) == cli.USAGE_ERROR
+    assert cli.main(["--quick", "--filter", "fp16", "--baseline", str(tmp_path / "missing.json")]) == cli.USAGE_ERROR
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--quick", "--full"], ["--arch", "89"], ["--portability", "--filter", "x"], ["--portability", "--fwd-only"],
+     ["--portability", "--arch", "75"], ["--portability", "--arch", "sm90"], ["--bogus"]],
+    ids=["quick-and-full", "arch-without-portability", "portability-filter", "portability-fwd-only",
+         "unknown-arch", "arch-not-a-number", "unknown-option"],
+)
+def test_main_rejects_bad_arguments(argv):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == cli.USAGE_ERROR
+
+
+def test_portability_main_rejects_bad_arch():
+    with pytest.raises(SystemExit) as exc:
+        cli.portability_main(["--arch", "80,91"])
+    assert exc.value.code == cli.USAGE_ERROR
+
+
+@pytest.mark.parametrize(("text", "archs"), [("89,90", (89, 90)), ("120", (120,)), ("80, 86", (80, 86))],
+                         ids=["89-90", "120", "spaces"])
+def test_parse_archs(text, archs):
+    assert cli.parse_archs(text) == archs
+
+
+# ---------------------------------------------------------------- the runner, with fake backends on the oracle
+
+class _NoBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError("chunk_kda backward")
+
+
+def _oracle_backend(**kw):
+    o, ht = kda_recurrent(**kw)
+    return o.to(kw["q"].dtype), (ht.float() if ht is not None else None)
+
+
+def _oracle_without_backward(**kw):
+    o, ht = _oracle_backend(**kw)
+    return _NoBackward.apply(o), (_NoBackward.apply(ht) if ht is not None else None)
+
+
+def _nan_output(**kw):
+    o, ht = _oracle_backend(**kw)
+    return o.index_fill(1, torch.tensor([3]), math.nan), ht
+
+
+def _raises(**kw):
+    raise RuntimeError("no kernel for this shape\nsecond line")
+
+
+_GVA_VARLEN_H0 = CheckConfig(1, 21, 1, 2, 8, 8, seqlens=(5, 0, 16), use_gate_in_kernel=True, initial_state=True,
+                             output_final_state=True)
+
+
+def test_runner_passes_the_oracle_itself():
+    rows = check_config(_GVA_VARLEN_H0, [Backend("oracle", _oracle_backend)], torch.device("cpu"))
+    assert [r.tensor for r in rows] == ["o", "final_state", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias",
+                                        "dh0"]
+    for r in rows:
+        assert r.passed and r.rel_rmse < 1e-6 and r.reason == "", r
+        assert r.config == _GVA_VARLEN_H0.id and r.threshold == 1e-5
+
+
+def test_runner_reports_failures():
+    backends = [Backend("nobwd", _oracle_without_backward), Backend("nan", _nan_output),
+                Backend("raises", _raises, informational=True)]
+    rows = check_config(CheckConfig(1, 12, 1, 1, 8, 8, dtype="fp16"), backends, torch.device("cpu"))
+    by = {(r.backend, r.tensor): r for r in rows}
+    assert by["nobwd", "o"].passed
+    assert not by["nobwd", "dq"].passed and by["nobwd", "dq"].reason == "backward not implemented"
+    assert not by["nan", "o"].passed and "8 non-finite" in by["nan", "o"].reason
+    assert [r.tensor for r in rows if r.backend == "raises"] == ["o", "dq", "dk", "dv", "dg", "dbeta"]
+    assert all(not r.passed and r.informational and r.reason == "forward raised RuntimeError: no kernel for this shape"
+               for r in rows if r.backend == "raises")
+    assert exit_code(build_table(rows)) == 1
+
+
+def test_runner_fwd_only():
+    rows = check_config(CheckConfig(1, 12, 1, 1, 8, 8), [Backend("oracle", _oracle_backend)], torch.device("cpu"),
+                        backward=False)
+    assert [r.tensor for r in rows] == ["o"] and rows[0].passed
+
+
+# ---------------------------------------------------------------- end to end: the real quick grid, one tiny config
+
+def test_smoke_quick_grid_end_to_end(tmp_path, capsys):
+    code = cli.main(["--quick", "--filter", "B1-T64-H1-HV1-K16-V16-fp32", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    df = pd.read_csv(tmp_path / "kda-check.csv")
+    assert set(df["tensor"]) == {"o", "dq", "dk", "dv", "dg", "dbeta"}
+    assert code == 0, out

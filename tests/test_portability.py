@@ -1,0 +1,134 @@
+"""kda-portability on toy kernels: ahead-of-time compiles for sm_89 and sm_90 without a GPU, the report's fields,
+the shared-memory limit, compile failures and a missing ptxas.
+
+The toy kernels are wrapped in `JITFunction` directly rather than decorated with `triton.jit`: conftest turns the
+interpreter on for CPU-only machines, and an interpreted function cannot be compiled."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
+
+from triton_kda.check import portability
+from triton_kda.check.cli import report
+from triton_kda.check.portability import (
+    SMEM_LIMITS,
+    PtxasUnavailable,
+    check_portability,
+    check_spec,
+    parse_ptxas_log,
+    ptxas_usage,
+)
+from triton_kda.check.table import build_table, exit_code
+from triton_kda.configs import CompileSpec
+
+
+def _scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+
+def _square_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    """y = x @ x for one [BLOCK, BLOCK] fp32 tile (tf32 MMA): both operands staged in shared memory, 8 * BLOCK^2 B."""
+    r = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + r[:, None] * BLOCK + r[None, :])
+    tl.store(y_ptr + r[:, None] * BLOCK + r[None, :], tl.dot(x, x))
+
+
+SCALE = CompileSpec("scale BLOCK256", JITFunction(_scale_kernel),
+                    {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 256}, 4, 2)
+# about 131072 B of shared memory: above the sm_86/89/120 limit (101376 B), below sm_80 and sm_90
+SQUARE = CompileSpec("square BLOCK128", JITFunction(_square_kernel),
+                     {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 128}, 4, 1)
+
+
+@pytest.mark.parametrize("arch", [89, 90], ids=["sm89", "sm90"])
+def test_toy_spec_report(arch):
+    row = check_spec(SCALE, arch)
+    assert (row.kernel, row.arch, row.num_warps, row.num_stages) == ("scale BLOCK256", arch, 4, 2)
+    assert row.smem_limit == SMEM_LIMITS[arch]
+    assert isinstance(row.shared, int) and 0 <= row.shared <= row.smem_limit
+    assert isinstance(row.registers, int) and 0 < row.registers <= 255, row.note
+    assert (row.spill_stores, row.spill_loads) == (0, 0)
+    assert row.passed and row.reason == "" and row.note == ""
+
+
+def test_over_the_shared_memory_limit_fails():
+    rows = check_portability(lambda arch: [SCALE, SQUARE], [89, 90])
+    by = {(r.kernel, r.arch): r for r in rows}
+    assert len(rows) == 4
+    over = by["square BLOCK128", 89]
+    assert over.shared > SMEM_LIMITS[89] and not over.passed
+    assert over.reason == f"shared memory {over.shared} B exceeds the sm_89 limit 101376 B"
+    assert by["square BLOCK128", 90].passed and SMEM_LIMITS[89] < by["square BLOCK128", 90].shared <= SMEM_LIMITS[90]
+    assert by["scale BLOCK256", 89].passed
+    assert exit_code(build_table(rows)) == 1
+    assert report(rows, stem="kda-portability") == 1
+    assert report([r for r in rows if r.passed], stem="kda-portability") == 0
+
+
+def test_compile_failure_is_a_failed_row():
+    broken = SCALE._replace(name="missing arg", signature={"x_ptr": "*fp32", "BLOCK": "constexpr"})
+    row = check_spec(broken, 90)
+    assert not row.passed and row.reason.startswith("compile failed: ")
+    assert row.shared is None and row.registers is None
+
+
+def test_interpreted_kernel_is_a_failed_row():
+    row = check_spec(SCALE._replace(fn=InterpretedFunction(_scale_kernel)), 90)
+    assert not row.passed and "TRITON_INTERPRET" in row.reason
+
+
+def test_missing_ptxas_leaves_columns_empty_with_a_note(monkeypatch):
+    monkeypatch.setattr(portability, "_ptxas_binaries", lambda arch: [])
+    row = check_spec(SCALE, 89)
+    assert row.passed and row.shared is not None
+    assert (row.registers, row.spill_stores, row.spill_loads) == (None, None, None)
+    assert row.note == "registers/spills unavailable: no ptxas under triton/backends/nvidia/bin"
+
+
+def test_ptxas_rejecting_the_ptx_raises_unavailable():
+    with pytest.raises(PtxasUnavailable, match="sm_90a"):
+        ptxas_usage(".version 8.0\n.target sm_90a\nthis is not ptx\n", 90)
+
+
+def test_listing_error_is_a_failed_row():
+    def specs(arch):
+        if arch == 90:
+            raise KeyError("no launch table for sm_90")
+        return [SCALE]
+
+    rows = check_portability(specs, [89, 90])
+    expected = [("scale BLOCK256", 89, True), ("<compile_specs>", 90, False)]
+    assert [(r.kernel, r.arch, r.passed) for r in rows] == expected
+    assert rows[1].reason == "listing specs raised KeyError: 'no launch table for sm_90'"
+
+
+def test_unknown_arch_is_rejected():
+    with pytest.raises(ValueError, match="`archs`"):
+        check_portability(lambda arch: [SCALE], [75])
+    with pytest.raises(ValueError, match="`arch`"):
+        check_spec(SCALE, 75)
+
+
+def test_parse_ptxas_log():
+    log = (
+        "ptxas info    : Compiling entry function '_k' for 'sm_90a'\n"
+        "ptxas info    : Function properties for _k\n"
+        "    8 bytes stack frame, 16 bytes spill stores, 24 bytes spill loads\n"
+        "ptxas info    : Used 168 registers, used 1 barriers\n"
+    )
+    assert parse_ptxas_log(log) == portability.PtxasUsage(168, 16, 24)
+    with pytest.raises(ValueError, match="no register/spill report"):
+        parse_ptxas_log("ptxas fatal   : Unsupported .version 9.1")
+
+
+def test_ptxas_binaries_are_bundled():
+    binaries = portability._ptxas_binaries(90)
+    assert binaries and binaries[0].name == "ptxas", binaries
+    assert all(p.is_relative_to(Path(triton.__file__).parent) for p in binaries)

@@ -1,0 +1,193 @@
+"""Command line: `kda-check` (numerical regression against the fp64 oracle) and `kda-portability` (ahead-of-time
+compiles for every supported NVIDIA architecture).
+
+Exit codes: 0 all rows pass, 1 a row fails (tolerance, NaN, error, baseline regression, shared-memory limit),
+2 bad usage (bad arguments, unreadable baseline, a filter that matches nothing).
+
+Triton decides at `triton.jit` time whether a kernel runs through its CPU interpreter, and importing this module
+already imports the kernels. So when the interpreter mode of this process is not the one the run needs (on for a
+check without CUDA, off for portability compiles), the command runs itself again in a child process with
+TRITON_INTERPRET set accordingly and returns the child's exit code.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+import triton
+from tqdm import tqdm
+
+from triton_kda.check.baseline import compare_baseline, load_baseline, save_baseline
+from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
+from triton_kda.check.portability import ARCHS, check_portability
+from triton_kda.check.runner import Backend, Row, available_backends, check_config
+from triton_kda.check.table import build_table, exit_code, render, write_outputs
+
+__all__ = ["build_parser", "main", "parse_archs", "portability_main", "report", "run_grid"]
+
+USAGE_ERROR = 2
+_ARCH_HELP = f"compute capabilities, comma-separated (default {','.join(map(str, ARCHS))})"
+_CHECK_ONLY = ("quick", "full", "fwd_only", "filter", "baseline", "save_baseline", "list")
+
+
+def parse_archs(text: str) -> tuple[int, ...]:
+    """"89,90" -> (89, 90); every entry must be a supported compute capability (ARCHS)."""
+    try:
+        archs = tuple(int(a) for a in text.split(",") if a.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated compute capabilities like 89,90, got {text!r}") from None
+    bad = [a for a in archs if a not in ARCHS]
+    if not archs or bad:
+        raise argparse.ArgumentTypeError(f"architectures must be among {','.join(map(str, ARCHS))}, got {text!r}")
+    return archs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kda-check",
+        description="Check every available chunk_kda backend against the fp64 oracle (forward and backward), "
+        "or with --portability compile every kernel configuration for sm_80..sm_120.",
+    )
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="tiny grid for the CPU interpreter (default without CUDA)")
+    size.add_argument("--full", action="store_true", help="GPU-sized grid (default with CUDA)")
+    p.add_argument("--fwd-only", action="store_true", help="skip the backward checks")
+    p.add_argument("--filter", metavar="SUBSTR", help="only configurations whose id contains SUBSTR")
+    p.add_argument("--list", action="store_true", help="print the selected configuration ids and exit")
+    p.add_argument("--out", metavar="DIR", type=Path, help="also write the table as DIR/<tool>.csv and .json")
+    p.add_argument("--save-baseline", metavar="FILE", type=Path, help="store this run's errors in FILE")
+    p.add_argument("--baseline", metavar="FILE", type=Path,
+                   help="fail rows whose errors grew more than 2x over FILE (above a small absolute floor)")
+    p.add_argument("--portability", action="store_true",
+                   help="compile every kernel configuration ahead of time instead (same as kda-portability)")
+    p.add_argument("--arch", type=parse_archs, metavar="LIST",
+                   help=f"with --portability: {_ARCH_HELP}")
+    return p
+
+
+def _interpreting() -> bool:
+    return bool(triton.knobs.runtime.interpret)
+
+
+def _rerun(argv: list[str], interpret: bool) -> int:
+    """Run `kda-check argv` in a child process with the Triton interpreter on or off; return its exit code.
+    The child finds this package where this process found it (installed or a source checkout)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    return subprocess.run([sys.executable, "-m", "triton_kda.check.cli", *argv], env=env).returncode
+
+
+def run_grid(configs: list[CheckConfig], backends: list[Backend], device: torch.device, *, backward: bool,
+             progress: bool | None = None) -> list[Row]:
+    """Rows of every config on every backend (see runner.check_config). `progress`: tqdm bar (None: on a tty)."""
+    rows = []
+    disable = None if progress is None else not progress
+    for config in tqdm(configs, desc="kda-check", unit="config", disable=disable):
+        rows += check_config(config, backends, device, backward=backward)
+    return rows
+
+
+def report(rows: list, *, stem: str = "kda-check", out: Path | None = None, baseline: pd.DataFrame | None = None,
+           save_to: Path | None = None, meta: dict | None = None) -> int:
+    """Print the table of `rows` (compared with `baseline` rows when given), write `out`/<stem>.csv/.json and the
+    baseline file `save_to` when given, and return the exit code (0 pass, 1 fail)."""
+    df = build_table(rows)
+    if baseline is not None:
+        df = compare_baseline(df, baseline)
+    print(render(df))
+    if baseline is not None and df["regressed"].any():
+        print("regressed against the baseline: " + ", ".join(
+            f"{r.config} {r.backend} {r.tensor}" for r in df[df["regressed"]].itertuples()))
+    if out is not None:
+        print("wrote " + ", ".join(map(str, write_outputs(df, out, stem))))
+    if save_to is not None:
+        save_baseline(df, save_to, meta)
+        print(f"saved baseline {save_to}")
+    return exit_code(df)
+
+
+def _select(args: argparse.Namespace, cuda: bool) -> list[CheckConfig]:
+    full = args.full or (cuda and not args.quick)
+    configs = full_grid(("fp32", "fp16", "bf16") if cuda else ("fp32", "fp16")) if full else quick_grid()
+    if args.filter:
+        configs = [c for c in configs if args.filter in c.id]
+    return configs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`kda-check`: see `kda-check --help`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.portability:
+        given = [f"--{n.replace('_', '-')}" for n in _CHECK_ONLY if getattr(args, n)]
+        if given:
+            parser.error(f"{', '.join(given)} cannot be combined with --portability")
+        return _portability(args, argv)
+    if args.arch is not None:
+        parser.error("--arch applies to --portability only")
+
+    cuda = torch.cuda.is_available()
+    if _interpreting() != (not cuda):
+        return _rerun(argv, interpret=not cuda)
+    configs = _select(args, cuda)
+    if not configs:
+        print(f"kda-check: no configuration id contains {args.filter!r} (see --list)", file=sys.stderr)
+        return USAGE_ERROR
+    if args.list:
+        print("\n".join(c.id for c in configs))
+        return 0
+    try:
+        baseline = load_baseline(args.baseline) if args.baseline is not None else None
+    except (OSError, ValueError) as e:
+        print(f"kda-check: cannot read --baseline: {e}", file=sys.stderr)
+        return USAGE_ERROR
+
+    device = torch.device("cuda" if cuda else "cpu")
+    backends = available_backends(device)
+    where = torch.cuda.get_device_name(device) if cuda else "CPU (Triton interpreter)"
+    print(f"kda-check: {len(configs)} configurations x {'forward' if args.fwd_only else 'forward+backward'} on "
+          f"{where}, backends: {', '.join(b.name for b in backends)}")
+    rows = run_grid(configs, backends, device, backward=not args.fwd_only)
+    meta = {"device": where, "torch": torch.__version__, "triton": triton.__version__, "fwd_only": args.fwd_only}
+    return report(rows, out=args.out, baseline=baseline, save_to=args.save_baseline, meta=meta)
+
+
+def _portability(args: argparse.Namespace, argv: list[str]) -> int:
+    if _interpreting():
+        return _rerun(argv, interpret=False)
+    from triton_kda.configs import compile_specs
+
+    rows = check_portability(compile_specs, args.arch or ARCHS)
+    if not rows:
+        print("kda-portability: compile_specs listed no kernel configuration", file=sys.stderr)
+        return USAGE_ERROR
+    return report(rows, stem="kda-portability", out=args.out)
+
+
+def portability_main(argv: list[str] | None = None) -> int:
+    """`kda-portability [--arch 89,90] [--out DIR]`: same as `kda-check --portability`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="kda-portability", description=(
+        "Compile every kernel launch configuration the dispatcher can pick, for each architecture, and check "
+        "shared memory against its limit; report registers and spills from ptxas."))
+    parser.add_argument("--arch", type=parse_archs, default=ARCHS, metavar="LIST",
+                        help=_ARCH_HELP)
+    parser.add_argument("--out", metavar="DIR", type=Path, help="also write DIR/kda-portability.csv and .json")
+    parser.parse_args(argv)
+    return main(["--portability", *argv])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Run one `CheckConfig` on every backend and compare each output and gradient with the fp64 oracle.
+
+The oracle is `reference.kda.kda_recurrent` on fp64 copies of the same random inputs; gradients come from autograd
+through it with the same random upstream gradients (do, dht) the backend receives. Every compared tensor becomes one
+`Row`; a backend that raises, returns NaN/Inf or a wrong shape gives failed rows with the reason.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from reference.harness import make_inputs, max_abs, rel_rmse
+from reference.kda import kda_recurrent
+from triton_kda.check.grid import CheckConfig
+
+__all__ = ["Backend", "Row", "available_backends", "check_config", "threshold"]
+
+# chunk_kda input -> name of its gradient in the table
+GRAD_NAMES = {
+    "q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta",
+    "A_log": "dA_log", "dt_bias": "ddt_bias", "initial_state": "dh0",
+}
+# relative RMSE tolerances for half-precision runs (fp16, bf16), per compared tensor
+_HALF_THRESHOLDS = {
+    "o": 5e-3, "final_state": 5e-3,
+    "dq": 8e-3, "dk": 8e-3, "dv": 8e-3,
+    "dg": 2e-2, "dbeta": 2e-2,
+    "dA_log": 1e-2, "ddt_bias": 1e-2, "dh0": 1e-2,
+}
+_FP32_THRESHOLD = 1e-5
+_UPSTREAM_SEED = 1234
+
+
+def threshold(tensor: str, dtype: str) -> float:
+    """Relative-RMSE tolerance for `tensor` (a key of the table, e.g. "o", "dq", "dh0") in a run of `dtype`
+    ("fp32", "fp16" or "bf16"): 1e-5 for everything in fp32; per tensor for fp16/bf16."""
+    if tensor not in _HALF_THRESHOLDS:
+        raise ValueError(f"threshold: `tensor` must be one of {sorted(_HALF_THRESHOLDS)}, got {tensor!r}")
+    if dtype == "fp32":
+        return _FP32_THRESHOLD
+    if dtype in ("fp16", "bf16"):
+        return _HALF_THRESHOLDS[tensor]
+    raise ValueError(f"threshold: `dtype` must be 'fp32', 'fp16' or 'bf16', got {dtype!r}")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A `chunk_kda` implementation: `fn` takes chunk_kda's keyword arguments and returns (o, final_state).
+    Rows of an informational backend are shown with their pass/fail but never fail the run."""
+
+    name: str
+    fn: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+    informational: bool = False
+
+
+@dataclass(frozen=True)
+class Row:
+    """One compared tensor: errors of `backend` on `config` (a CheckConfig id) against the fp64 oracle.
+    rel_rmse and max_abs are NaN when nothing could be compared; then `reason` says why."""
+
+    config: str
+    backend: str
+    tensor: str
+    rel_rmse: float
+    max_abs: float
+    threshold: float
+    passed: bool
+    informational: bool = False
+    reason: str = ""
+
+
+def available_backends(device: torch.device) -> list[Backend]:
+    """Every backend that can run on `device`: our Triton `chunk_kda` always (through the interpreter on CPU), and
+    fla's `chunk_kda` as an informational backend when fla is installed and `device` is a CUDA device."""
+    from triton_kda import chunk_kda
+
+    backends = [Backend("triton", chunk_kda)]
+    if device.type == "cuda" and importlib.util.find_spec("fla") is not None:
+        from fla.ops.kda import chunk_kda as fla_chunk_kda
+
+        backends.append(Backend("fla", fla_chunk_kda, informational=True))
+    return backends
+
+
+def _call_kwargs(config: CheckConfig, device: torch.device) -> dict:
+    kwargs = make_inputs(
+        config.B, config.T, config.H, config.HV, config.K, config.V,
+        dtype=config.torch_dtype, device=device, seqlens=list(config.seqlens) if config.seqlens is not None else None,
+        gate=config.gate, use_gate_in_kernel=config.use_gate_in_kernel, lower_bound=config.lower_bound,
+        use_beta_sigmoid_in_kernel=config.use_beta_sigmoid_in_kernel,
+        use_qk_l2norm_in_kernel=config.use_qk_l2norm_in_kernel, allow_neg_eigval=config.allow_neg_eigval,
+        initial_state=config.initial_state, state_v_first=config.state_v_first,
+        output_final_state=config.output_final_state, seed=0,
+    )
+    return kwargs | {"safe_gate": config.safe_gate, "chunk_size": config.chunk_size}
+
+
+def _leaves(kwargs: dict, names: list[str], dtype: torch.dtype | None, requires_grad: bool) -> dict:
+    """Copy of `kwargs` whose `names` tensors are fresh leaves (cast to `dtype` unless it is None)."""
+    out = dict(kwargs)
+    for n in names:
+        t = kwargs[n].detach()
+        out[n] = (t.to(dtype) if dtype is not None else t.clone()).requires_grad_(requires_grad)
+    return out
+
+
+def _compare(config: CheckConfig, backend: Backend, tensor: str, actual, ref: torch.Tensor) -> Row:
+    thr = threshold(tensor, config.dtype)
+
+    def failed(reason: str) -> Row:
+        return Row(config.id, backend.name, tensor, math.nan, math.nan, thr, False, backend.informational, reason)
+
+    if actual is None:
+        return failed("not returned")
+    if tuple(actual.shape) != tuple(ref.shape):
+        return failed(f"shape {tuple(actual.shape)}, expected {tuple(ref.shape)}")
+    actual = actual.detach()
+    bad = int((~torch.isfinite(actual)).sum())
+    if bad:
+        return failed(f"{bad} non-finite values (NaN/Inf)")
+    rel, mx = float(rel_rmse(actual, ref)), float(max_abs(actual, ref))
+    passed = rel <= thr
+    return Row(config.id, backend.name, tensor, rel, mx, thr, passed, backend.informational,
+               "" if passed else "above threshold")
+
+
+def check_config(config: CheckConfig, backends: list[Backend], device: torch.device, *,
+                 backward: bool = True) -> list[Row]:
+    """Rows for `config` on each backend: o (and final_state when output), then with `backward` the gradient of
+    every differentiable input (dq, dk, dv, dg, dbeta, and dA_log, ddt_bias, dh0 when those inputs exist)."""
+    kwargs = _call_kwargs(config, device)
+    grad_inputs = [n for n in GRAD_NAMES if isinstance(kwargs.get(n), torch.Tensor) and kwargs[n].is_floating_point()]
+
+    ref_kwargs = _leaves(kwargs, grad_inputs, torch.float64, backward)
+    o_ref, ht_ref = kda_recurrent(**ref_kwargs)
+    refs = {"o": o_ref} | ({"final_state": ht_ref} if ht_ref is not None else {})
+    if backward:
+        gen = torch.Generator(device=device).manual_seed(_UPSTREAM_SEED)
+        upstream = [torch.randn(r.shape, generator=gen, dtype=torch.float64, device=device) for r in refs.values()]
+        ref_grads = torch.autograd.grad(list(refs.values()), [ref_kwargs[n] for n in grad_inputs], upstream,
+                                        allow_unused=True)
+        for n, gr in zip(grad_inputs, ref_grads, strict=True):
+            refs[GRAD_NAMES[n]] = gr if gr is not None else torch.zeros_like(ref_kwargs[n])
+
+    rows = []
+    for backend in backends:
+        rows += _check_backend(config, backend, kwargs, grad_inputs, refs, upstream if backward else None)
+    return rows
+
+
+def _raised(stage: str, e: Exception) -> str:
+    """One-line reason for an exception: its type and the first line of its message, cut to 200 characters."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{stage} raised {type(e).__name__}: {first[:200]}"
+
+
+def _check_backend(config: CheckConfig, backend: Backend, kwargs: dict, grad_inputs: list[str],
+                   refs: dict[str, torch.Tensor], upstream: list[torch.Tensor] | None) -> list[Row]:
+    fwd_names = ["o", "final_state"][: 2 if "final_state" in refs else 1]
+    bwd_names = [n for n in refs if n not in fwd_names]
+
+    def all_failed(names: list[str], reason: str) -> list[Row]:
+        return [
+            Row(config.id, backend.name, n, math.nan, math.nan, threshold(n, config.dtype), False,
+                backend.informational, reason)
+            for n in names
+        ]
+
+    call_kwargs = _leaves(kwargs, grad_inputs, None, upstream is not None)
+    try:
+        o, ht = backend.fn(**call_kwargs)
+    except Exception as e:  # any failure of the backend is a result to report, not a crash of the tool
+        return all_failed(fwd_names + bwd_names, _raised("forward", e))
+    outputs = [o, ht][: len(fwd_names)]
+    rows = [_compare(config, backend, n, out, refs[n]) for n, out in zip(fwd_names, outputs, strict=True)]
+    if upstream is None:
+        return rows
+    if any(out is None for out in outputs):
+        return rows + all_failed(bwd_names, "forward output missing")
+    detached = [n for n, out in zip(fwd_names, outputs, strict=True) if not out.requires_grad]
+    if detached:
+        return rows + all_failed(bwd_names, f"{', '.join(detached)} returned without grad_fn (not differentiable)")
+    try:
+        grads = torch.autograd.grad(outputs, [call_kwargs[n] for n in grad_inputs],
+                                    [u.to(out.dtype) for u, out in zip(upstream, outputs, strict=True)],
+                                    allow_unused=True)
+    except NotImplementedError:
+        return rows + all_failed(bwd_names, "backward not implemented")
+    except Exception as e:  # as above: report it
+        return rows + all_failed(bwd_names, _raised("backward", e))
+    return rows + [
+        _compare(config, backend, GRAD_NAMES[n], gr, refs[GRAD_NAMES[n]])
+        for n, gr in zip(grad_inputs, grads, strict=True)
+    ]
