@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pandas as pd
 import pytest
@@ -13,7 +14,7 @@ from reference.kda import kda_recurrent
 from triton_kda.check import cli
 from triton_kda.check.baseline import FLOORS, compare_baseline, load_baseline, regressed, save_baseline
 from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
-from triton_kda.check.runner import Backend, Row, check_config, threshold
+from triton_kda.check.runner import Backend, Row, available_backends, check_config, threshold
 from triton_kda.check.table import build_table, exit_code, render
 
 NAN = math.nan
@@ -319,6 +320,21 @@ def test_runner_fwd_only():
     rows = check_config(CheckConfig(1, 12, 1, 1, 8, 8), [Backend("oracle", _oracle_backend)], torch.device("cpu"),
                         backward=False)
     assert [r.tensor for r in rows] == ["o"] and rows[0].passed
+
+
+def test_runner_pins_the_backend_environment(monkeypatch):
+    monkeypatch.delenv("TRITON_KDA_BACKEND", raising=False)
+    seen = []
+
+    def backend(**kw):
+        seen.append(os.environ.get("TRITON_KDA_BACKEND"))
+        return _oracle_backend(**kw)
+
+    pinned = Backend("pinned", backend, env=(("TRITON_KDA_BACKEND", "triton"),))
+    rows = check_config(CheckConfig(1, 12, 1, 1, 8, 8), [pinned], torch.device("cpu"))
+    assert seen == ["triton"] and all(r.passed for r in rows)
+    assert "TRITON_KDA_BACKEND" not in os.environ
+    assert available_backends(torch.device("cpu"))[0].env == (("TRITON_KDA_BACKEND", "triton"),)
 
 
 # ---------------------------------------------------------------- end to end: the real quick grid, one tiny config

@@ -6,13 +6,16 @@ through it with the same random upstream gradients (do, dht) the backend receive
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 
+from cuda_fast import ENV_VAR as BACKEND_ENV_VAR
 from reference.harness import make_inputs, max_abs, rel_rmse
 from reference.kda import kda_recurrent
 from triton_kda.check.grid import CheckConfig
@@ -50,11 +53,13 @@ def threshold(tensor: str, dtype: str) -> float:
 @dataclass(frozen=True)
 class Backend:
     """A `chunk_kda` implementation: `fn` takes chunk_kda's keyword arguments and returns (o, final_state).
-    Rows of an informational backend are shown with their pass/fail but never fail the run."""
+    Rows of an informational backend are shown with their pass/fail but never fail the run. `env` pins choices made
+    from the environment, e.g. TRITON_KDA_BACKEND=triton so that rows named "triton" are the Triton path."""
 
     name: str
     fn: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
     informational: bool = False
+    env: tuple[tuple[str, str], ...] = ()  # environment variables set while it runs forward and backward
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ def available_backends(device: torch.device) -> list[Backend]:
     fla's `chunk_kda` as an informational backend when fla is installed and `device` is a CUDA device."""
     from triton_kda import chunk_kda
 
-    backends = [Backend("triton", chunk_kda)]
+    backends = [Backend("triton", chunk_kda, env=((BACKEND_ENV_VAR, "triton"),))]
     if device.type == "cuda" and importlib.util.find_spec("fla") is not None:
         from fla.ops.kda import chunk_kda as fla_chunk_kda
 
@@ -158,8 +163,28 @@ def _raised(stage: str, e: Exception) -> str:
     return f"{stage} raised {type(e).__name__}: {first[:200]}"
 
 
+@contextlib.contextmanager
+def _environ(pairs: tuple[tuple[str, str], ...]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k, _ in pairs}
+    os.environ.update(dict(pairs))
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _check_backend(config: CheckConfig, backend: Backend, kwargs: dict, grad_inputs: list[str],
                    refs: dict[str, torch.Tensor], upstream: list[torch.Tensor] | None) -> list[Row]:
+    with _environ(backend.env):
+        return _run_backend(config, backend, kwargs, grad_inputs, refs, upstream)
+
+
+def _run_backend(config: CheckConfig, backend: Backend, kwargs: dict, grad_inputs: list[str],
+                 refs: dict[str, torch.Tensor], upstream: list[torch.Tensor] | None) -> list[Row]:
     fwd_names = ["o", "final_state"][: 2 if "final_state" in refs else 1]
     bwd_names = [n for n in refs if n not in fwd_names]
 
