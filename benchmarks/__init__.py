@@ -1,0 +1,8 @@
+"""Benchmarks of ``chunk_kda``: ours against fla, side by side on one GPU.
+
+- ``python -m benchmarks.run``: named shape suites, oracle-gated timings, JSONL rows (``benchmarks/run.py``).
+- ``python -m benchmarks.report``: markdown tables and PNG plots from those rows.
+- ``python -m benchmarks.gpu_check``: one device call with correctness checks and a few timings.
+- ``benchmarks.suites`` (shapes, flag sets) and ``benchmarks.model`` (bytes/FLOPs model, roofline) are plain data and
+  pure functions. Importing this package touches no GPU.
+"""
