@@ -27,6 +27,7 @@ from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
 from triton_kda.check.portability import ARCHS, check_portability
 from triton_kda.check.runner import Backend, Row, available_backends, check_config
 from triton_kda.check.table import build_table, exit_code, render, write_outputs
+from triton_kda.configs import compile_specs
 
 __all__ = ["build_parser", "main", "parse_archs", "portability_main", "report", "run_grid"]
 
@@ -139,8 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--arch applies to --portability only")
 
     cuda = torch.cuda.is_available()
-    if _interpreting() != (not cuda):
-        return _rerun(argv, interpret=not cuda)
     configs = _select(args, cuda)
     if not configs:
         print(f"kda-check: no configuration id contains {args.filter!r} (see --list)", file=sys.stderr)
@@ -148,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print("\n".join(c.id for c in configs))
         return 0
+    if _interpreting() != (not cuda):
+        return _rerun(argv, interpret=not cuda)
     try:
         baseline = load_baseline(args.baseline) if args.baseline is not None else None
     except (OSError, ValueError) as e:
@@ -167,8 +168,6 @@ def main(argv: list[str] | None = None) -> int:
 def _portability(args: argparse.Namespace, argv: list[str]) -> int:
     if _interpreting():
         return _rerun(argv, interpret=False)
-    from triton_kda.configs import compile_specs
-
     rows = check_portability(compile_specs, args.arch or ARCHS)
     if not rows:
         print("kda-portability: compile_specs listed no kernel configuration", file=sys.stderr)

@@ -143,6 +143,7 @@ def check_config(config: CheckConfig, backends: list[Backend], device: torch.dev
     ref_kwargs = _leaves(kwargs, grad_inputs, torch.float64, backward)
     o_ref, ht_ref = kda_recurrent(**ref_kwargs)
     refs = {"o": o_ref} | ({"final_state": ht_ref} if ht_ref is not None else {})
+    upstream = None
     if backward:
         gen = torch.Generator(device=device).manual_seed(_UPSTREAM_SEED)
         upstream = [torch.randn(r.shape, generator=gen, dtype=torch.float64, device=device) for r in refs.values()]
@@ -153,7 +154,7 @@ def check_config(config: CheckConfig, backends: list[Backend], device: torch.dev
 
     rows = []
     for backend in backends:
-        rows += _check_backend(config, backend, kwargs, grad_inputs, refs, upstream if backward else None)
+        rows += _check_backend(config, backend, kwargs, grad_inputs, refs, upstream)
     return rows
 
 
