@@ -233,13 +233,19 @@ def test_main_bad_baseline_is_a_usage_error(tmp_path, monkeypatch):
     assert cli.main(["--quick", "--filter", "fp16", "--baseline", str(tmp_path / "missing.json")]) == cli.USAGE_ERROR
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [["--quick", "--full"], ["--arch", "89"], ["--portability", "--filter", "x"], ["--portability", "--fwd-only"],
-     ["--portability", "--arch", "75"], ["--portability", "--arch", "sm90"], ["--bogus"]],
-    ids=["quick-and-full", "arch-without-portability", "portability-filter", "portability-fwd-only",
-         "unknown-arch", "arch-not-a-number", "unknown-option"],
-)
+_BAD_ARGV = {
+    "quick-and-full": ["--quick", "--full"],
+    "arch-without-portability": ["--arch", "89"],
+    "portability-filter": ["--portability", "--filter", "x"],
+    "portability-fwd-only": ["--portability", "--fwd-only"],
+    "portability-no-fla": ["--portability", "--no-fla"],
+    "unknown-arch": ["--portability", "--arch", "75"],
+    "arch-not-a-number": ["--portability", "--arch", "sm90"],
+    "unknown-option": ["--bogus"],
+}
+
+
+@pytest.mark.parametrize("argv", list(_BAD_ARGV.values()), ids=list(_BAD_ARGV))
 def test_main_rejects_bad_arguments(argv):
     with pytest.raises(SystemExit) as exc:
         cli.main(argv)
@@ -334,7 +340,8 @@ def test_runner_pins_the_backend_environment(monkeypatch):
     rows = check_config(CheckConfig(1, 12, 1, 1, 8, 8), [pinned], torch.device("cpu"))
     assert seen == ["triton"] and all(r.passed for r in rows)
     assert "TRITON_KDA_BACKEND" not in os.environ
-    assert available_backends(torch.device("cpu"))[0].env == (("TRITON_KDA_BACKEND", "triton"),)
+    assert [(b.name, b.env) for b in available_backends(torch.device("cpu"))] == [
+        ("triton", (("TRITON_KDA_BACKEND", "triton"),))]
 
 
 # ---------------------------------------------------------------- end to end: the real quick grid, one tiny config

@@ -33,7 +33,7 @@ __all__ = ["build_parser", "main", "parse_archs", "portability_main", "report", 
 
 USAGE_ERROR = 2
 _ARCH_HELP = f"compute capabilities, comma-separated (default {','.join(map(str, ARCHS))})"
-_CHECK_ONLY = ("quick", "full", "fwd_only", "filter", "baseline", "save_baseline", "list")
+_CHECK_ONLY = ("quick", "full", "fwd_only", "filter", "baseline", "save_baseline", "list", "no_fla")
 
 
 def parse_archs(text: str) -> tuple[int, ...]:
@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fwd-only", action="store_true", help="skip the backward checks")
     p.add_argument("--filter", metavar="SUBSTR", help="only configurations whose id contains SUBSTR")
     p.add_argument("--list", action="store_true", help="print the selected configuration ids and exit")
+    p.add_argument("--no-fla", action="store_true",
+                   help="leave out the informational fla rows (fla autotunes for minutes on every new shape)")
     p.add_argument("--out", metavar="DIR", type=Path, help="also write the table as DIR/<tool>.csv and .json")
     p.add_argument("--save-baseline", metavar="FILE", type=Path, help="store this run's errors in FILE")
     p.add_argument("--baseline", metavar="FILE", type=Path,
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE_ERROR
 
     device = torch.device("cuda" if cuda else "cpu")
-    backends = available_backends(device)
+    backends = available_backends(device, fla=not args.no_fla)
     where = torch.cuda.get_device_name(device) if cuda else "CPU (Triton interpreter)"
     print(f"kda-check: {len(configs)} configurations x {'forward' if args.fwd_only else 'forward+backward'} on "
           f"{where}, backends: {', '.join(b.name for b in backends)}")

@@ -18,6 +18,7 @@ import torch
 from cuda_fast import ENV_VAR as BACKEND_ENV_VAR
 from reference.harness import make_inputs, max_abs, rel_rmse
 from reference.kda import kda_recurrent
+from triton_kda import chunk_kda
 from triton_kda.check.grid import CheckConfig
 
 __all__ = ["Backend", "Row", "available_backends", "check_config", "threshold"]
@@ -78,13 +79,11 @@ class Row:
     reason: str = ""
 
 
-def available_backends(device: torch.device) -> list[Backend]:
+def available_backends(device: torch.device, *, fla: bool = True) -> list[Backend]:
     """Every backend that can run on `device`: our Triton `chunk_kda` always (through the interpreter on CPU), and
-    fla's `chunk_kda` as an informational backend when fla is installed and `device` is a CUDA device."""
-    from triton_kda import chunk_kda
-
+    with `fla` fla's `chunk_kda` as an informational backend when fla is installed and `device` is a CUDA device."""
     backends = [Backend("triton", chunk_kda, env=((BACKEND_ENV_VAR, "triton"),))]
-    if device.type == "cuda" and importlib.util.find_spec("fla") is not None:
+    if fla and device.type == "cuda" and importlib.util.find_spec("fla") is not None:
         from fla.ops.kda import chunk_kda as fla_chunk_kda
 
         backends.append(Backend("fla", fla_chunk_kda, informational=True))
