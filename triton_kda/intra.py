@@ -45,6 +45,13 @@ def _chunk_coords(cu_seqlens, chunk_indices, i_t):
 
 
 @triton.jit
+def _finite_or_zero(x):
+    """Non-finite entries (NaN, +-inf) -> 0. Applied to operands whose rows past t may hold an overflowed future
+    (an exploding recurrence) before a full-matrix product, where 0 * inf would leak NaN into rows <= t."""
+    return tl.where(tl.abs(x) < 3.0e38, x, 0.0)
+
+
+@triton.jit
 def _block_inverse(L, BT: tl.constexpr, BC: tl.constexpr, PREC: tl.constexpr):
     """(I + L)^-1 for strictly lower-triangular L [BT, BT] (fp32).
 
@@ -70,7 +77,7 @@ def _block_inverse(L, BT: tl.constexpr, BC: tl.constexpr, PREC: tl.constexpr):
     N = tl.dot(XD, tl.where(same, 0.0, L), input_precision=PREC)
     X = XD
     for _ in tl.static_range(NC - 1):
-        X = XD - tl.dot(N, X, input_precision=PREC)
+        X = XD - tl.dot(N, _finite_or_zero(X), input_precision=PREC)
     return X
 
 
@@ -217,7 +224,7 @@ def _kda_intra_fwd_kernel(
     b_X = _block_inverse(tl.load(p_L, boundary_check=(0, 1)), BT, BC, PREC)
     tl.debug_barrier()
     tl.store(p_L, tl.where(m_t[:, None] & m_t[None, :], b_X, 0.0), boundary_check=(0, 1))
-    b_Xop = _op(b_X, IS_BF16)
+    b_Xop = _op(_finite_or_zero(b_X), IS_BF16)
 
     # ---- w, qg, kg, u -------------------------------------------------------------------------------------------
     for i_k in range(NK):

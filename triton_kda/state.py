@@ -8,7 +8,7 @@ Per chunk, with S the state at the chunk start ([K, BV], fp32, kept on chip):
 import triton
 import triton.language as tl
 
-from triton_kda.intra import _op
+from triton_kda.intra import _finite_or_zero, _op
 
 
 @triton.jit
@@ -48,7 +48,7 @@ def _kda_state_fwd_kernel(
         b_Sop = _op(b_S, IS_BF16)
         b_vn = tl.load(p_u, boundary_check=(0, 1)).to(tl.float32)
         b_vn -= tl.dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), b_Sop, input_precision=PREC)
-        b_vnop = _op(b_vn, IS_BF16)
+        b_vnop = _op(_finite_or_zero(b_vn), IS_BF16)
         b_o = tl.dot(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16), b_Sop, input_precision=PREC)
         b_o += tl.dot(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16), b_vnop, input_precision=PREC)
         p_o = tl.make_block_ptr(o + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
