@@ -55,16 +55,17 @@ def plan_chunks(B: int, T: int, BT: int, device: torch.device, seqlens_cpu: torc
 
 
 class IntraOut(NamedTuple):
-    gcum: torch.Tensor      # [TT, HV, K] fp32, inclusive chunk cumsum of the gate, log2 units
-    rstd_q: torch.Tensor    # [TT, HV] fp32 (ones without in-kernel l2norm)
-    rstd_k: torch.Tensor    # [TT, HV] fp32
-    beta: torch.Tensor      # [TT, HV] fp32, activated
-    Aqk: torch.Tensor       # [TT, HV, BT] fp32, scale included
-    Akk: torch.Tensor       # [TT, HV, BT] fp32, (I + L)^-1
-    w: torch.Tensor         # [TT, HV, K]
-    u: torch.Tensor         # [TT, HV, V]
-    qg: torch.Tensor        # [TT, HV, K]
-    kg: torch.Tensor        # [TT, HV, K]
+    Aqk: torch.Tensor               # [TT, HV, BT], scale included (bf16 for bf16 inputs, else fp32)
+    w: torch.Tensor                 # [TT, HV, K]
+    u: torch.Tensor                 # [TT, HV, V]
+    qg: torch.Tensor                # [TT, HV, K]
+    kg: torch.Tensor                # [TT, HV, K]
+    gl: torch.Tensor                # [NT, HV, K] fp32: gate cumsum (log2 units) at each chunk's last token
+    gcum: torch.Tensor | None       # [TT, HV, K] fp32, inclusive chunk cumsum of the gate, log2 units (aux)
+    rstd_q: torch.Tensor | None     # [TT, HV] fp32 (ones without in-kernel l2norm) (aux)
+    rstd_k: torch.Tensor | None     # [TT, HV] fp32 (aux)
+    beta: torch.Tensor | None       # [TT, HV] fp32, activated (aux)
+    Akk: torch.Tensor | None        # [TT, HV, BT] fp32, (I + L)^-1 (aux)
 
 
 class StateOut(NamedTuple):
@@ -80,28 +81,34 @@ def _precision(dtype: torch.dtype) -> str:
 
 def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, BT: int, *,
               use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, lower_bound: float | None,
-              use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool) -> IntraOut:
-    """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (contiguous, flattened)."""
+              use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool, store_aux: bool = False) -> IntraOut:
+    """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (contiguous, flattened).
+    store_aux also writes what the backward reuses (gcum, rstd_q, rstd_k, beta, Akk)."""
     TT, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     dev, dt = q.device, q.dtype
     cfg = intra_config(arch_of(dev), K, V)
     f32 = dict(device=dev, dtype=torch.float32)
+    aux = store_aux
     out = IntraOut(
-        gcum=torch.empty(TT, HV, K, **f32), rstd_q=torch.empty(TT, HV, **f32), rstd_k=torch.empty(TT, HV, **f32),
-        beta=torch.empty(TT, HV, **f32), Aqk=torch.empty(TT, HV, BT, **f32), Akk=torch.empty(TT, HV, BT, **f32),
+        Aqk=torch.empty(TT, HV, BT, device=dev, dtype=dt if dt == torch.bfloat16 else torch.float32),
         w=torch.empty(TT, HV, K, device=dev, dtype=dt), u=torch.empty(TT, HV, V, device=dev, dtype=dt),
         qg=torch.empty(TT, HV, K, device=dev, dtype=dt), kg=torch.empty(TT, HV, K, device=dev, dtype=dt),
+        gl=torch.empty(plan.NT, HV, K, **f32),
+        gcum=torch.empty(TT, HV, K, **f32) if aux else None, rstd_q=torch.empty(TT, HV, **f32) if aux else None,
+        rstd_k=torch.empty(TT, HV, **f32) if aux else None, beta=torch.empty(TT, HV, **f32) if aux else None,
+        Akk=torch.empty(TT, HV, BT, **f32) if aux else None,
     )
     gate = gate_mode(use_gate_in_kernel, lower_bound)
     _kda_intra_fwd_kernel[(plan.NT, HV)](
         q, k, v, g, beta, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
-        *out, plan.cu_seqlens, plan.chunk_indices, scale, lower_bound if lower_bound is not None else 0.0,
+        *(x if x is not None else out.gl for x in out), plan.cu_seqlens, plan.chunk_indices, scale,
+        lower_bound if lower_bound is not None else 0.0,
         H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,
         USE_L2NORM=use_qk_l2norm_in_kernel, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
         HAS_DT_BIAS=gate > 0 and dt_bias is not None, BETA_SIGMOID=use_beta_sigmoid_in_kernel,
-        BETA_SCALE=2.0 if allow_neg_eigval else 1.0, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        BETA_SCALE=2.0 if allow_neg_eigval else 1.0, STORE_AUX=store_aux, IS_BF16=dt == torch.bfloat16,
+        PREC=_precision(dt), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
 
@@ -118,7 +125,7 @@ def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, 
     v_new = torch.empty(TT, HV, V, device=dev, dtype=dt) if store_v_new else None
     grid = (triton.cdiv(V, cfg.BV), plan.N, HV)
     _kda_state_fwd_kernel[grid](
-        intra.qg, intra.kg, intra.w, intra.u, intra.Aqk, intra.gcum,
+        intra.qg, intra.kg, intra.w, intra.u, intra.Aqk, intra.gl,
         initial_state if initial_state is not None else o, o, ht if ht is not None else o,
         h if h is not None else o, v_new if v_new is not None else o,
         plan.cu_seqlens, plan.chunk_offsets,

@@ -98,18 +98,20 @@ def compile_specs(arch: int) -> list[CompileSpec]:
             prec = "ieee" if dname == "fp32" else "tf32"
             for BT in (32, 64):
                 ic = intra_config(arch, K, V)
-                sig = {n: "*fp32" for n in ("gcum", "rstd_q", "rstd_k", "beta_act", "Aqk", "Akk")}
+                sig = {n: "*fp32" for n in ("gl", "gcum", "rstd_q", "rstd_k", "beta_act", "Akk")}
                 sig.update({n: f"*{ty}" for n in ("q", "k", "v", "g", "beta", "w", "u", "qg", "kg")})
+                sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"A_log": "*fp32", "dt_bias": "*fp32", "cu_seqlens": "*i64", "chunk_indices": "*i32",
                             "scale": "fp32", "lower_bound": "fp32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=ic.BC, BK=ic.BK, BV=ic.BV, USE_L2NORM=True, GATE=2,
-                          HAS_A_LOG=True, HAS_DT_BIAS=True, BETA_SIGMOID=True, BETA_SCALE=1.0, IS_BF16=is_bf16,
-                          PREC=prec)
+                          HAS_A_LOG=True, HAS_DT_BIAS=True, BETA_SIGMOID=True, BETA_SCALE=1.0, STORE_AUX=True,
+                          IS_BF16=is_bf16, PREC=prec)
                 specs.append(CompileSpec(f"intra_fwd K{K} V{V} BT{BT} {dname}", _kda_intra_fwd_kernel, sig, ce,
                                          ic.num_warps, ic.num_stages))
                 sc = state_config(arch, K, V, 4 if dname == "fp32" else 2)
                 sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "u", "o", "v_new", "h")}
-                sig.update({n: "*fp32" for n in ("Aqk", "gcum", "h0", "ht")})
+                sig.update({n: "*fp32" for n in ("gl", "h0", "ht")})
+                sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
                 ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K), BV=sc.BV, HAS_H0=True, STORE_HT=True, STORE_H=True,
                           STORE_VNEW=True, V_FIRST=False, IS_BF16=is_bf16, PREC=prec)

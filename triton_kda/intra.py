@@ -82,18 +82,41 @@ def _block_inverse(L, BT: tl.constexpr, BC: tl.constexpr, PREC: tl.constexpr):
 
 
 @triton.jit
+def _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t,
+                 HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                 GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr):
+    """Inclusive in-chunk cumsum (log2 units) of the activated gate for K slice i_k: [BT, BK] fp32, zero past the
+    sequence end and past K (so the last row holds the last valid token's value)."""
+    o_k = i_k * BK + tl.arange(0, BK)
+    m_k = o_k < K
+    p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    b_g = tl.load(p_g, boundary_check=(0, 1)).to(tl.float32)
+    if GATE > 0:
+        if HAS_DT_BIAS:
+            b_g += tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
+        if HAS_A_LOG:
+            a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
+        else:
+            a = 1.0
+        b_g = kda_gate_act(b_g, a, lower_bound, GATE)
+    return tl.cumsum(tl.where(m_t[:, None] & m_k[None, :], b_g, 0.0), axis=0) * LOG2E
+
+
+@triton.jit
 def _kda_intra_fwd_kernel(
     q, k, v, g, beta, A_log, dt_bias,
-    gcum, rstd_q, rstd_k, beta_act, Aqk, Akk, w, u, qg, kg,
+    Aqk, w, u, qg, kg, gl, gcum, rstd_q, rstd_k, beta_act, Akk,
     cu_seqlens, chunk_indices, scale, lower_bound,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     USE_L2NORM: tl.constexpr, GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
-    BETA_SIGMOID: tl.constexpr, BETA_SCALE: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
+    BETA_SIGMOID: tl.constexpr, BETA_SCALE: tl.constexpr, STORE_AUX: tl.constexpr, IS_BF16: tl.constexpr,
+    PREC: tl.constexpr,
 ):
     """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (flattened varlen layout).
-    Writes gcum [TT, HV, K] fp32 (log2 units), rstd_q/rstd_k/beta_act [TT, HV] fp32, Aqk/Akk [TT, HV, BT] fp32,
-    w/qg/kg [TT, HV, K] and u [TT, HV, V] in the input dtype."""
+    Writes Aqk [TT, HV, BT] (bf16 for bf16 inputs, else fp32), w/qg/kg [TT, HV, K] and u [TT, HV, V] in the input
+    dtype, gl [NT, HV, K] fp32 (G of each chunk's last token); with STORE_AUX also gcum [TT, HV, K] fp32,
+    rstd_q/rstd_k/beta_act [TT, HV] fp32 and Akk [TT, HV, BT] fp32 for the backward."""
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
     i_h = i_hv // (HV // H)
     bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
@@ -101,38 +124,71 @@ def _kda_intra_fwd_kernel(
     n_valid = tl.minimum(T - t0, BT)
     o_t = tl.arange(0, BT)
     m_t = o_t < n_valid
+    blk = o_t // BC
     NK: tl.constexpr = (K + BK - 1) // BK
     NC: tl.constexpr = BT // BC
-
     p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
-    # ---- gate, cumsum, l2 norms, beta -------------------------------------------------------------------------
-    if GATE > 0:
-        if HAS_A_LOG:
-            a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
-        else:
-            a = 1.0
+
+    # ---- pass 1 over K: gate cumsum, norms, anchored Aqk and L (row/column scalings applied afterwards) --------
+    b_Aqk = tl.zeros((BT, BT), dtype=tl.float32)
+    b_L = tl.zeros((BT, BT), dtype=tl.float32)
+    rng = tl.zeros((BT,), dtype=tl.float32)
     ssq_q = tl.zeros((BT,), dtype=tl.float32)
     ssq_k = tl.zeros((BT,), dtype=tl.float32)
     for i_k in range(NK):
+        b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
+                           HAS_A_LOG, HAS_DT_BIAS)
         o_k = i_k * BK + tl.arange(0, BK)
-        m_k = o_k < K
-        m_tk = m_t[:, None] & m_k[None, :]
-        p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        b_g = tl.load(p_g, boundary_check=(0, 1)).to(tl.float32)
-        if GATE > 0:
-            if HAS_DT_BIAS:
-                b_g += tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
-            b_g = kda_gate_act(b_g, a, lower_bound, GATE)
-        b_G = tl.cumsum(tl.where(m_tk, b_g, 0.0), axis=0) * LOG2E
-        p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        tl.store(p_G, b_G, boundary_check=(0, 1))
+        b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
+        tl.store(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_Gl, mask=o_k < K)
+        p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
+        b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32)
         if USE_L2NORM:
+            ssq_q += tl.sum(b_q * b_q, axis=1)
+            ssq_k += tl.sum(b_k * b_k, axis=1)
+        # each row's anchor: the first row of its BC-row block
+        b_Ganc = tl.zeros((BT, BK), dtype=tl.float32)
+        for r in tl.static_range(NC):
+            b_Ga = tl.sum(tl.where((o_t == r * BC)[:, None], b_G, 0.0), 0)
+            b_Ganc += tl.where((blk == r)[:, None], b_Ga[None, :], 0.0)
+        rng = tl.maximum(rng, tl.max(b_Ganc - b_G, axis=1))
+        b_e = tl.exp2(b_G - b_Ganc)
+        b_qa = b_q * b_e
+        b_ka = b_k * b_e
+        for r in tl.static_range(NC):
+            b_Ga = tl.sum(tl.where((o_t == r * BC)[:, None], b_G, 0.0), 0)
+            b_kc = b_k * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX))
+            b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kc, 0.0)
+            b_kc = tl.trans(_op(b_kc, IS_BF16))
+            rows = (blk == r)[:, None]
+            b_Aqk += tl.dot(_op(tl.where(rows, b_qa, 0.0), IS_BF16), b_kc, input_precision=PREC)
+            b_L += tl.dot(_op(tl.where(rows, b_ka, 0.0), IS_BF16), b_kc, input_precision=PREC)
+    exact = rng > RANGE_MAX
+    if tl.max(exact.to(tl.int32), axis=0) > 0:
+        # rows whose in-block gate range is too wide for the anchored product: exact, column by column
+        e_Aqk = tl.zeros((BT, BT), dtype=tl.float32)
+        e_L = tl.zeros((BT, BT), dtype=tl.float32)
+        for i_k in range(NK):
+            b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
+                               HAS_A_LOG, HAS_DT_BIAS)
             p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
             p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
             b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
             b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32)
-            ssq_q += tl.sum(b_q * b_q, axis=1)
-            ssq_k += tl.sum(b_k * b_k, axis=1)
+            for jj in range(BT):
+                sel_j = (o_t == jj)[:, None]
+                b_kj = tl.sum(tl.where(sel_j, b_k, 0.0), 0)
+                b_Gj = tl.sum(tl.where(sel_j, b_G, 0.0), 0)
+                b_e = b_kj[None, :] * tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0))
+                sel = (o_t == jj)[None, :]
+                e_Aqk += tl.where(sel, tl.sum(b_q * b_e, axis=1)[:, None], 0.0)
+                e_L += tl.where(sel, tl.sum(b_k * b_e, axis=1)[:, None], 0.0)
+        fix = exact[:, None] & (blk[None, :] == blk[:, None])
+        b_Aqk = tl.where(fix, e_Aqk, b_Aqk)
+        b_L = tl.where(fix, e_L, b_L)
+
     if USE_L2NORM:
         b_rq = 1.0 / tl.sqrt(ssq_q + 1e-6)
         b_rk = 1.0 / tl.sqrt(ssq_k + 1e-6)
@@ -143,100 +199,31 @@ def _kda_intra_fwd_kernel(
     if BETA_SIGMOID:
         b_beta = BETA_SCALE * tl.sigmoid(b_beta)
     b_beta = tl.where(m_t, b_beta, 0.0)
-    tl.store(rstd_q + p_row_hv, b_rq, mask=m_t)
-    tl.store(rstd_k + p_row_hv, b_rk, mask=m_t)
-    tl.store(beta_act + p_row_hv, b_beta, mask=m_t)
-    tl.debug_barrier()
-
-    # ---- Aqk and L, one row block at a time ------------------------------------------------------------------
-    for r in tl.static_range(NC):
-        a0 = r * BC
-        o_i = a0 + tl.arange(0, BC)
-        m_i = o_i < n_valid
-        p_i_hv = (bos + t0 + o_i).to(tl.int64) * HV + i_hv
-        b_rq_i = tl.load(rstd_q + p_i_hv, mask=m_i, other=0.0)
-        b_rk_i = tl.load(rstd_k + p_i_hv, mask=m_i, other=0.0)
-        b_beta_i = tl.load(beta_act + p_i_hv, mask=m_i, other=0.0)
-        m_col = o_t < a0 + BC
-        b_Aqk = tl.zeros((BC, BT), dtype=tl.float32)
-        b_L = tl.zeros((BC, BT), dtype=tl.float32)
-        rng = tl.zeros((BC,), dtype=tl.float32)
-        for i_k in range(NK):
-            o_k = i_k * BK + tl.arange(0, BK)
-            m_k = o_k < K
-            p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0 + a0, i_k * BK), (BC, BK), (1, 0))
-            p_ki = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0 + a0, i_k * BK), (BC, BK), (1, 0))
-            p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-            p_Gi = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0 + a0, i_k * BK),
-                                     (BC, BK), (1, 0))
-            p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-            b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
-            b_ki = tl.load(p_ki, boundary_check=(0, 1)).to(tl.float32)
-            b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32)
-            b_Gi = tl.load(p_Gi, boundary_check=(0, 1))
-            b_G = tl.load(p_G, boundary_check=(0, 1))
-            b_Ga = tl.load(gcum + ((bos + t0 + a0) * HV + i_hv) * K + o_k, mask=m_k & (a0 < n_valid), other=0.0)
-            rng = tl.maximum(rng, tl.max(tl.where(m_k[None, :], b_Ga[None, :] - b_Gi, 0.0), axis=1))
-            e_i = tl.exp2(b_Gi - b_Ga[None, :])
-            b_kc = tl.where(m_col[:, None], b_k * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)), 0.0)
-            b_kc = _op(b_kc, IS_BF16)
-            b_Aqk += tl.dot(_op(b_q * e_i, IS_BF16), tl.trans(b_kc), input_precision=PREC)
-            b_L += tl.dot(_op(b_ki * e_i, IS_BF16), tl.trans(b_kc), input_precision=PREC)
-        exact = rng > RANGE_MAX
-        if tl.max(exact.to(tl.int32), axis=0) > 0:
-            # rows whose in-block gate range is too wide for the anchored product: exact column by column
-            e_Aqk = tl.zeros((BC, BT), dtype=tl.float32)
-            e_L = tl.zeros((BC, BT), dtype=tl.float32)
-            for i_k in range(NK):
-                o_k = i_k * BK + tl.arange(0, BK)
-                m_k = o_k < K
-                p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0 + a0, i_k * BK),
-                                        (BC, BK), (1, 0))
-                p_ki = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0 + a0, i_k * BK),
-                                         (BC, BK), (1, 0))
-                p_Gi = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0 + a0, i_k * BK),
-                                         (BC, BK), (1, 0))
-                b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
-                b_ki = tl.load(p_ki, boundary_check=(0, 1)).to(tl.float32)
-                b_Gi = tl.load(p_Gi, boundary_check=(0, 1))
-                for jj in range(BC):
-                    m_j = m_k & (a0 + jj < n_valid)
-                    b_kj = tl.load(k + ((bos + t0 + a0 + jj) * H + i_h) * K + o_k, mask=m_j, other=0.0).to(tl.float32)
-                    b_Gj = tl.load(gcum + ((bos + t0 + a0 + jj) * HV + i_hv) * K + o_k, mask=m_j, other=0.0)
-                    b_e = b_kj[None, :] * tl.exp2(tl.minimum(b_Gi - b_Gj[None, :], 0.0))
-                    sel = (o_t == a0 + jj)[None, :]
-                    e_Aqk += tl.where(sel, tl.sum(b_q * b_e, axis=1)[:, None], 0.0)
-                    e_L += tl.where(sel, tl.sum(b_ki * b_e, axis=1)[:, None], 0.0)
-            fix = exact[:, None] & (o_t[None, :] >= a0)
-            b_Aqk = tl.where(fix, e_Aqk, b_Aqk)
-            b_L = tl.where(fix, e_L, b_L)
-        m_row = m_i[:, None] & m_t[None, :]
-        b_Aqk = tl.where(m_row & (o_t[None, :] <= o_i[:, None]), b_Aqk * (scale * b_rq_i)[:, None] * b_rk[None, :], 0.0)
-        b_L = tl.where(m_row & (o_t[None, :] < o_i[:, None]), b_L * (b_beta_i * b_rk_i)[:, None] * b_rk[None, :], 0.0)
-        p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0 + a0, 0), (BC, BT), (1, 0))
-        p_L = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0 + a0, 0), (BC, BT), (1, 0))
-        tl.store(p_A, b_Aqk, boundary_check=(0, 1))
-        tl.store(p_L, b_L, boundary_check=(0, 1))
-    tl.debug_barrier()
+    m_tt = m_t[:, None] & m_t[None, :]
+    b_Aqk = tl.where(m_tt & (o_t[None, :] <= o_t[:, None]), b_Aqk * (scale * b_rq)[:, None] * b_rk[None, :], 0.0)
+    b_L = tl.where(m_tt & (o_t[None, :] < o_t[:, None]), b_L * (b_beta * b_rk)[:, None] * b_rk[None, :], 0.0)
+    p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
+    tl.store(p_A, b_Aqk.to(p_A.dtype.element_ty), boundary_check=(0, 1))
 
     # ---- (I + L)^-1 ---------------------------------------------------------------------------------------------
-    p_L = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-    b_X = _block_inverse(tl.load(p_L, boundary_check=(0, 1)), BT, BC, PREC)
-    tl.debug_barrier()
-    tl.store(p_L, tl.where(m_t[:, None] & m_t[None, :], b_X, 0.0), boundary_check=(0, 1))
-    b_Xop = _op(_finite_or_zero(b_X), IS_BF16)
+    b_X = _finite_or_zero(_block_inverse(b_L, BT, BC, PREC))
+    if STORE_AUX:
+        tl.store(rstd_q + p_row_hv, b_rq, mask=m_t)
+        tl.store(rstd_k + p_row_hv, b_rk, mask=m_t)
+        tl.store(beta_act + p_row_hv, b_beta, mask=m_t)
+        p_X = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
+        tl.store(p_X, tl.where(m_tt, b_X, 0.0), boundary_check=(0, 1))
+    b_Xop = _op(b_X, IS_BF16)
 
-    # ---- w, qg, kg, u -------------------------------------------------------------------------------------------
+    # ---- pass 2 over K: w, qg, kg (gate cumsum recomputed: same ops, same bits) --------------------------------
     for i_k in range(NK):
-        o_k = i_k * BK + tl.arange(0, BK)
-        m_k = o_k < K
+        b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
+                           HAS_A_LOG, HAS_DT_BIAS)
+        b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
         p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32) * (b_rq * scale)[:, None]
         b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rk[:, None]
-        b_G = tl.load(p_G, boundary_check=(0, 1))
-        b_Gl = tl.load(gcum + ((bos + t0 + n_valid - 1) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
         b_eG = tl.exp2(b_G)
         b_w = tl.dot(b_Xop, _op(b_k * b_beta[:, None] * b_eG, IS_BF16), input_precision=PREC)
         b_kg = tl.where(m_t[:, None], b_k * tl.exp2(b_Gl[None, :] - b_G), 0.0)
@@ -246,6 +233,10 @@ def _kda_intra_fwd_kernel(
         tl.store(p_w, b_w.to(p_w.dtype.element_ty), boundary_check=(0, 1))
         tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
         tl.store(p_kg, b_kg.to(p_kg.dtype.element_ty), boundary_check=(0, 1))
+        if STORE_AUX:
+            p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
+                                    (1, 0))
+            tl.store(p_G, b_G, boundary_check=(0, 1))
     for i_v in range(tl.cdiv(V, BV)):
         p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))

@@ -13,13 +13,13 @@ from triton_kda.intra import _finite_or_zero, _op
 
 @triton.jit
 def _kda_state_fwd_kernel(
-    qg, kg, w, u, Aqk, gcum, h0, o, ht, h, v_new,
+    qg, kg, w, u, Aqk, gl, h0, o, ht, h, v_new,
     cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_H: tl.constexpr, STORE_VNEW: tl.constexpr,
     V_FIRST: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
 ):
-    """qg, kg, w: [TT, HV, K]; u, o, v_new: [TT, HV, V]; Aqk: [TT, HV, BT]; gcum: [TT, HV, K] fp32 (log2 units);
+    """qg, kg, w: [TT, HV, K]; u, o, v_new: [TT, HV, V]; Aqk: [TT, HV, BT]; gl: [NT, HV, K] fp32 (log2 units);
     h0, ht: [N, HV, K, V] fp32 ([N, HV, V, K] if V_FIRST); h: [NT, HV, K, V] (same layout rule as the states)."""
     i_v, i_n, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
@@ -34,8 +34,7 @@ def _kda_state_fwd_kernel(
     b_S = tl.zeros((BK, BV), dtype=tl.float32)
     if HAS_H0:
         b_S += tl.load(h0 + (i_n * HV + i_hv).to(tl.int64) * K * V + off_kv, mask=m_kv, other=0.0)
-    if STORE_H:
-        c_base = tl.load(chunk_offsets + i_n).to(tl.int64)
+    c_base = tl.load(chunk_offsets + i_n).to(tl.int64)
     for i_c in range(tl.cdiv(T, BT)):
         t0 = i_c * BT
         if STORE_H:
@@ -57,8 +56,7 @@ def _kda_state_fwd_kernel(
             p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV),
                                      (1, 0))
             tl.store(p_vn, b_vn.to(p_vn.dtype.element_ty), boundary_check=(0, 1))
-        t_last = tl.minimum(t0 + BT, T) - 1
-        b_gl = tl.load(gcum + ((bos + t_last) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
+        b_gl = tl.load(gl + ((c_base + i_c) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
         b_S *= tl.exp2(b_gl)[:, None]
         b_S += tl.dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)), b_vnop, input_precision=PREC)
     if STORE_HT:
