@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from triton_kda._validate import validate_chunk_kda
-from triton_kda.chunk_fwd import intra_fwd, plan_chunks, state_fwd
+from triton_kda.chunk_bwd import chunk_bwd
+from triton_kda.chunk_fwd import IntraOut, intra_fwd, plan_chunks, state_fwd
 
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
@@ -12,33 +13,69 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:]).contiguous()
 
 
+def _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan, *, output_final_state: bool,
+            store_h: bool, store_v_new: bool, h_dtype: torch.dtype, store_aux: bool):
+    """Run the intra and state forward stages on [B, T, ...] inputs; returns (IntraOut, StateOut)."""
+    BT = p.chunk_size
+    intra = intra_fwd(_flat(q), _flat(k), _flat(v), _flat(g), _flat(beta),
+                      A_log.reshape(-1) if A_log is not None else None,
+                      dt_bias.reshape(-1) if dt_bias is not None else None,
+                      p.scale, plan, BT, use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"],
+                      use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
+                      use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
+                      allow_neg_eigval=flags["allow_neg_eigval"], store_aux=store_aux)
+    st = state_fwd(intra, initial_state.contiguous() if initial_state is not None else None, plan, BT, v.shape[-1],
+                   output_final_state=output_final_state, state_v_first=p.state_v_first, store_h=store_h,
+                   store_v_new=store_v_new, h_dtype=h_dtype)
+    return intra, st
+
+
 class ChunkKDAFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, seqlens_cpu):
         B, T, HV, V = v.shape
-        BT = p.chunk_size
-        plan = plan_chunks(B, T, BT, q.device, seqlens_cpu)
-        intra = intra_fwd(_flat(q), _flat(k), _flat(v), _flat(g), _flat(beta),
-                          A_log.reshape(-1) if A_log is not None else None,
-                          dt_bias.reshape(-1) if dt_bias is not None else None,
-                          p.scale, plan, BT, use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"],
-                          use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
-                          use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
-                          allow_neg_eigval=flags["allow_neg_eigval"])
-        store_h = flags["return_intermediate_states"]
-        st = state_fwd(intra, initial_state.contiguous() if initial_state is not None else None, plan, BT, V,
-                       output_final_state=flags["output_final_state"], state_v_first=p.state_v_first,
-                       store_h=store_h, store_v_new=False, h_dtype=q.dtype)
+        plan = plan_chunks(B, T, p.chunk_size, q.device, seqlens_cpu)
+        # disable_recompute keeps the intermediates (h in fp32) for the backward instead of recomputing them there
+        keep = flags["disable_recompute"] and any(ctx.needs_input_grad[:8])
+        return_h = flags["return_intermediate_states"]
+        intra, st = _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan,
+                            output_final_state=flags["output_final_state"], store_h=return_h or keep,
+                            store_v_new=keep, h_dtype=torch.float32 if keep else q.dtype, store_aux=keep)
+        ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, initial_state,
+                              *((*intra, st.h, st.v_new) if keep else ()))
+        ctx.p, ctx.flags, ctx.seqlens_cpu, ctx.keep = p, flags, seqlens_cpu, keep
         o = st.o.view(B, T, HV, V)
-        ctx.mark_non_differentiable(*(x for x in (st.final_state,) if x is not None))
-        if store_h:
-            h = st.h.view(B if seqlens_cpu is None else 1, -1, *st.h.shape[1:])
+        if return_h:
+            h = st.h.to(q.dtype).view(B if seqlens_cpu is None else 1, -1, *st.h.shape[1:])
+            ctx.mark_non_differentiable(h)
             return o, st.final_state, h
         return o, st.final_state
 
     @staticmethod
     def backward(ctx, do, dht, *unused):
-        raise NotImplementedError("chunk_kda backward is not implemented yet")
+        q, k, v, g, beta, A_log, dt_bias, initial_state, *kept = ctx.saved_tensors
+        p, flags = ctx.p, ctx.flags
+        B, T, HV, V = v.shape
+        plan = plan_chunks(B, T, p.chunk_size, q.device, ctx.seqlens_cpu)
+        if ctx.keep:
+            intra, h, v_new = IntraOut(*kept[:-2]), kept[-2], kept[-1]
+        else:
+            intra, st = _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan,
+                                output_final_state=False, store_h=True, store_v_new=True, h_dtype=torch.float32,
+                                store_aux=True)
+            h, v_new = st.h, st.v_new
+        gr = chunk_bwd(
+            _flat(do), dht.contiguous() if dht is not None else None, _flat(q), _flat(k), _flat(v), _flat(g),
+            _flat(beta), A_log.reshape(-1) if A_log is not None else None,
+            dt_bias.reshape(-1) if dt_bias is not None else None, intra, h, v_new, plan, p.chunk_size, p.scale,
+            use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"], use_gate_in_kernel=flags["use_gate_in_kernel"],
+            lower_bound=flags["lower_bound"], use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
+            allow_neg_eigval=flags["allow_neg_eigval"], state_v_first=p.state_v_first,
+            want_dh0=initial_state is not None,
+        )
+        return (gr.dq.view_as(q), gr.dk.view_as(k), gr.dv.view_as(v), gr.dg.view_as(g), gr.dbeta.view_as(beta),
+                gr.dA_log.view_as(A_log) if gr.dA_log is not None else None,
+                gr.ddt_bias.view_as(dt_bias) if gr.ddt_bias is not None else None, gr.dh0, None, None, None)
 
 
 def chunk_kda(

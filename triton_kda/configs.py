@@ -53,11 +53,11 @@ def _kpad(K: int) -> int:
 
 
 def intra_config(arch: int, K: int, V: int) -> IntraConfig:
-    BK = min(64, _kpad(K))
     BV = min(64, _kpad(V))
     if arch == 0:
-        return IntraConfig(BC=16, BK=BK, BV=BV, num_warps=4, num_stages=1)
-    return IntraConfig(BC=16, BK=BK, BV=BV, num_warps=4, num_stages=2)
+        return IntraConfig(BC=16, BK=min(64, _kpad(K)), BV=BV, num_warps=4, num_stages=1)
+    # H100, B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 32 / 4 warps 2.15 ms, BK 64 2.92 ms, BK 128 4.2 ms
+    return IntraConfig(BC=16, BK=min(32, _kpad(K)), BV=BV, num_warps=4, num_stages=1)
 
 
 def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:

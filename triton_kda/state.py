@@ -5,9 +5,13 @@ Per chunk, with S the state at the chunk start ([K, BV], fp32, kept on chip):
     o     = qg S + Aqk v_new
     S     <- 2^(G_last) * S + kg^T v_new
 """
+from typing import NamedTuple
+
+import torch
 import triton
 import triton.language as tl
 
+from triton_kda.configs import _kpad, arch_of, state_config
 from triton_kda.intra import _finite_or_zero, _op
 
 
@@ -61,3 +65,82 @@ def _kda_state_fwd_kernel(
         b_S += tl.dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)), b_vnop, input_precision=PREC)
     if STORE_HT:
         tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * K * V + off_kv, b_S, mask=m_kv)
+
+
+@triton.jit
+def _kda_state_bwd_kernel(
+    qg, kg, w, Aqk, gl, do, dht, dh, dv_new, dh0,
+    cu_seqlens, chunk_offsets,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    HAS_DHT: tl.constexpr, STORE_DH0: tl.constexpr, V_FIRST: tl.constexpr, IS_BF16: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Reverse pass over the chunks of one (V block, sequence, v-head), dS = gradient of the state after a chunk:
+        dv_new = Aqk^T do + kg dS;   dh[c] = dS;   dS <- 2^(G_last) * dS + qg^T do - w^T dv_new
+    qg, kg, w: [TT, HV, K]; do: [TT, HV, V]; Aqk: [TT, HV, BT]; gl: [NT, HV, K] fp32 (log2 units);
+    dht, dh0: [N, HV, K, V] fp32 ([N, HV, V, K] if V_FIRST). Writes dh [NT, HV, K, V] fp32 (always K-first),
+    dv_new [TT, HV, V] fp32 and, with STORE_DH0, dh0 (dS before the first chunk)."""
+    i_v, i_n, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    T = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos).to(tl.int32)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
+    if V_FIRST:
+        off_kv = o_v[None, :] * K + o_k[:, None]
+    else:
+        off_kv = o_k[:, None] * V + o_v[None, :]
+    b_dS = tl.zeros((BK, BV), dtype=tl.float32)
+    if HAS_DHT:
+        b_dS += tl.load(dht + (i_n * HV + i_hv).to(tl.int64) * K * V + off_kv, mask=m_kv, other=0.0)
+    c_base = tl.load(chunk_offsets + i_n).to(tl.int64)
+    NC = tl.cdiv(T, BT)
+    for i_r in range(NC):
+        i_c = NC - 1 - i_r
+        t0 = i_c * BT
+        tl.store(dh + ((c_base + i_c) * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :], b_dS, mask=m_kv)
+        p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
+        p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+        p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+        p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+        b_do = _op(tl.load(p_do, boundary_check=(0, 1)), IS_BF16)
+        b_dvn = tl.dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, input_precision=PREC)
+        b_dvn += tl.dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), input_precision=PREC)
+        p_dvn = tl.make_block_ptr(dv_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV),
+                                  (1, 0))
+        tl.store(p_dvn, b_dvn, boundary_check=(0, 1))
+        b_gl = tl.load(gl + ((c_base + i_c) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
+        b_dS *= tl.exp2(b_gl)[:, None]
+        b_dS += tl.dot(tl.trans(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16)), b_do, input_precision=PREC)
+        b_dS -= tl.dot(tl.trans(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16)), _op(b_dvn, IS_BF16),
+                       input_precision=PREC)
+    if STORE_DH0:
+        tl.store(dh0 + (i_n * HV + i_hv).to(tl.int64) * K * V + off_kv, b_dS, mask=m_kv)
+
+
+class StateBwdOut(NamedTuple):
+    dh: torch.Tensor            # [NT, HV, K, V] fp32, gradient of the state after each chunk (K-first)
+    dv_new: torch.Tensor        # [TT, HV, V] fp32
+    dh0: torch.Tensor | None    # [N, HV, K, V] fp32 ([N, HV, V, K] if state_v_first), gradient of initial_state
+
+
+def state_bwd(qg, kg, w, Aqk, gl, do, dht, plan, BT: int, V: int, *, want_dh0: bool, state_v_first: bool,
+              prec: str) -> StateBwdOut:
+    """Launch `_kda_state_bwd_kernel`. qg, kg, w: [TT, HV, K]; Aqk: [TT, HV, BT]; gl: [NT, HV, K] fp32;
+    do: [TT, HV, V] (contiguous); dht: None or [N, HV, K, V] fp32 (V-first if state_v_first); plan: ChunkPlan."""
+    TT, HV, K = w.shape
+    dev = w.device
+    cfg = state_config(arch_of(dev), K, V, w.element_size())
+    dh = torch.empty(plan.NT, HV, K, V, device=dev, dtype=torch.float32)
+    dv_new = torch.empty(TT, HV, V, device=dev, dtype=torch.float32)
+    shape = (plan.N, HV, V, K) if state_v_first else (plan.N, HV, K, V)
+    dh0 = torch.empty(shape, device=dev, dtype=torch.float32) if want_dh0 else None
+    _kda_state_bwd_kernel[(triton.cdiv(V, cfg.BV), plan.N, HV)](
+        qg, kg, w, Aqk, gl, do, dht if dht is not None else dh, dh, dv_new, dh0 if dh0 is not None else dh,
+        plan.cu_seqlens, plan.chunk_offsets,
+        HV=HV, K=K, V=V, BT=BT, BK=_kpad(K), BV=cfg.BV, HAS_DHT=dht is not None, STORE_DH0=want_dh0,
+        V_FIRST=state_v_first, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return StateBwdOut(dh, dv_new, dh0)

@@ -1,0 +1,145 @@
+"""Backward of triton_kda.chunk_kda against autograd of the fp64 recurrent oracle (`kda_recurrent`).
+
+Every gradient (q, k, v, g, beta, A_log, dt_bias, initial_state, with an incoming final-state gradient where the
+final state is returned) is compared by relative RMSE on fresh seeded data; recompute and disable_recompute must
+agree bit for bit, and so must two runs of the same call.
+"""
+import pytest
+import torch
+
+from reference.kda import kda_recurrent
+from tests.utils import DEVICE, assert_close, case_id, make_inputs
+from triton_kda import chunk_kda
+
+LEAVES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
+TOL = {
+    torch.float32: dict.fromkeys(LEAVES, 1e-5),
+    torch.float16: dict(q=8e-3, k=8e-3, v=8e-3, g=2e-2, beta=2e-2, A_log=1e-2, dt_bias=1e-2, initial_state=1e-2),
+}
+STATE = dict(initial_state=True, output_final_state=True)
+IN_KERNEL = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+RAGGED = [13, 0, 40, 7, 33]
+
+
+def _case(B=1, T=50, H=2, HV=2, K=16, V=16, chunk_size=32, **flags):
+    return dict(B=B, T=T, H=H, HV=HV, K=K, V=V, chunk_size=chunk_size, **flags)
+
+
+def _inputs(params: dict, dtype: torch.dtype, seed: int = 0) -> tuple[dict, int, bool]:
+    """make_inputs(**params) with every tensor input a leaf that requires grad (beta fp32 with `beta_fp32`, no A_log
+    with `no_a_log`); returns (chunk_kda kwargs, chunk_size, disable_recompute)."""
+    params = dict(params)
+    chunk_size = params.pop("chunk_size")
+    no_a_log = params.pop("no_a_log", False)
+    beta_fp32 = params.pop("beta_fp32", False)
+    disable_recompute = params.pop("disable_recompute", False)
+    d = make_inputs(**params, dtype=dtype, device=DEVICE, seed=seed)
+    if no_a_log:
+        del d["A_log"]
+    if beta_fp32:
+        d["beta"] = d["beta"].float()
+    for name in LEAVES:
+        if name in d:
+            d[name].requires_grad_(True)
+    return d, chunk_size, disable_recompute
+
+
+def _cotangents(d: dict, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Incoming gradients: do [B, T, HV, V] in the input dtype; dht fp32 of the state's shape (the cases that return
+    the final state also pass an initial state) or None."""
+    gen = torch.Generator(device=DEVICE).manual_seed(seed + 1)
+    do = torch.randn(d["v"].shape, generator=gen, device=DEVICE).to(d["v"].dtype)
+    dht = None
+    if d["output_final_state"]:
+        dht = torch.randn(d["initial_state"].shape, generator=gen, device=DEVICE)
+    return do, dht
+
+
+def _kernel_grads(d: dict, chunk_size: int, disable_recompute: bool, do, dht) -> dict:
+    names = [n for n in LEAVES if n in d]
+    o, ht = chunk_kda(**d, chunk_size=chunk_size, disable_recompute=disable_recompute)
+    outputs, grads = [o], [do]
+    if dht is not None:
+        outputs.append(ht)
+        grads.append(dht)
+    return dict(zip(names, torch.autograd.grad(outputs, [d[n] for n in names], grads), strict=True))
+
+
+def _oracle_grads(d: dict, do, dht) -> dict:
+    names = [n for n in LEAVES if n in d]
+    ref = {**d, **{n: d[n].detach().double().requires_grad_(True) for n in names}}
+    o, ht = kda_recurrent(**ref)
+    outputs, grads = [o], [do.double()]
+    if dht is not None:
+        outputs.append(ht)
+        grads.append(dht.double())
+    return dict(zip(names, torch.autograd.grad(outputs, [ref[n] for n in names], grads), strict=True))
+
+FP32_CASES = [
+    _case(),
+    _case(**STATE),
+    _case(T=70, K=32, V=32, chunk_size=64, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+          allow_neg_eigval=True),
+    _case(use_gate_in_kernel=True, **STATE),
+    _case(T=45, K=20, V=24, use_gate_in_kernel=True, lower_bound=-5.0, state_v_first=True, **STATE),
+    _case(use_gate_in_kernel=True, lower_bound=-3.0, no_a_log=True),
+    _case(B=2, T=70, H=1, HV=2, K=32, chunk_size=64, gate="strong", **STATE),
+    _case(B=2, T=40, H=1, HV=4, gate="safe", lower_bound=-5.0, use_qk_l2norm_in_kernel=True, disable_recompute=True),
+    _case(T=sum(RAGGED), H=2, HV=4, seqlens=RAGGED, **IN_KERNEL, **STATE),
+    _case(T=sum(RAGGED), H=1, HV=2, seqlens=RAGGED, chunk_size=64, gate="strong", state_v_first=True,
+          disable_recompute=True, **STATE),
+]
+FP16_CASES = [
+    _case(),
+    _case(T=70, K=32, V=32, chunk_size=64, **IN_KERNEL, **STATE),
+    _case(B=2, T=40, H=1, HV=2, gate="strong", beta_fp32=True, **STATE),
+    _case(T=sum(RAGGED), H=2, HV=4, seqlens=RAGGED, **IN_KERNEL, lower_bound=-5.0, disable_recompute=True, **STATE),
+]
+GRID = [(p, torch.float32) for p in FP32_CASES] + [(p, torch.float16) for p in FP16_CASES]
+
+
+@pytest.mark.parametrize("params,dtype", GRID, ids=[case_id(**p, dtype=dt) for p, dt in GRID])
+def test_grads_match_oracle(params, dtype):
+    d, chunk_size, disable_recompute = _inputs(params, dtype)
+    do, dht = _cotangents(d, seed=0)
+    got = _kernel_grads(d, chunk_size, disable_recompute, do, dht)
+    ref = _oracle_grads(d, do, dht)
+    assert set(got) == set(ref)
+    for name, g in got.items():
+        assert g.dtype == d[name].dtype, f"d{name}: dtype {g.dtype}, expected the input's {d[name].dtype}"
+        assert_close(f"d{name}", g, ref[name], TOL[dtype][name])
+
+
+DETERMINISM = [
+    _case(T=sum(RAGGED), H=1, HV=2, seqlens=RAGGED, **IN_KERNEL, **STATE),
+    _case(B=2, T=70, H=1, HV=2, chunk_size=64, gate="strong", state_v_first=True, **STATE),
+]
+
+
+@pytest.mark.parametrize("params", DETERMINISM, ids=[case_id(**p) for p in DETERMINISM])
+def test_recompute_and_repeat_bit_identical(params):
+    d, chunk_size, _ = _inputs(params, torch.float32, seed=3)
+    do, dht = _cotangents(d, seed=3)
+    runs = [_kernel_grads(d, chunk_size, keep, do, dht) for keep in (False, True, False)]
+    for other in runs[1:]:
+        for name, g in runs[0].items():
+            assert torch.equal(g, other[name]), f"d{name} differs between runs (recompute vs disable_recompute)"
+
+
+def test_every_buffer_written(monkeypatch):
+    """Every kernel output buffer starts as NaN: a gradient that still matches the oracle was written everywhere."""
+    empty, empty_like = torch.empty, torch.empty_like
+
+    def poison(t: torch.Tensor) -> torch.Tensor:
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: poison(empty(*a, **kw)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: poison(empty_like(*a, **kw)))
+    params = _case(T=sum(RAGGED), H=1, HV=2, seqlens=RAGGED, **IN_KERNEL, **STATE)
+    d, chunk_size, _ = _inputs(params, torch.float32, seed=5)
+    do, dht = _cotangents(d, seed=5)
+    got = _kernel_grads(d, chunk_size, False, do, dht)
+    monkeypatch.undo()
+    ref = _oracle_grads(d, do, dht)
+    for name, g in got.items():
+        assert_close(f"d{name}", g, ref[name], TOL[torch.float32][name])
