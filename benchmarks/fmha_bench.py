@@ -193,24 +193,44 @@ class Bench:
     sweep: tuple = field(default=())
 
 
-SWEEP_D512 = ((64, 64, None, 8, 2), (64, 32, None, 8, 3), (128, 32, 256, 8, 2))
-SWEEP_D128 = ((128, 64, None, 8, 3), (128, 128, None, 8, 2), (128, 64, None, 4, 3), (64, 64, None, 4, 3))
+# Alternative launch configs (block_m, block_n, block_dv, warps, stages) timed with --sweep beside the default.
+SWEEP_D512_LONG = ((64, 16, 256, 4, 2), (128, 32, 256, 8, 2))
+SWEEP_D512_WINDOW = ((64, 64, None, 8, 2), (64, 16, 128, 4, 2))
+SWEEP_D128 = ((128, 64, None, 8, 3), (64, 128, None, 4, 3), (64, 64, None, 4, 4))
+SWEEP_D128_WINDOW = ((128, 64, None, 8, 3), (128, 64, None, 4, 3))
+SWEEP_DECODE = ((64, 16, 256, 4, 2), (64, 32, None, 8, 2))
 
 BENCHES = [
-    Bench(Case("prefill-B1-T8192-HQ64-D512-W128", "dense", 1, 8192, 8192, 64, 512, window=128), False, SWEEP_D512),
-    Bench(Case("prefill-B1-T8192-HQ64-D512-causal", "dense", 1, 8192, 8192, 64, 512), True, SWEEP_D512),
+    Bench(Case("prefill-B1-T8192-HQ64-D512-W128", "dense", 1, 8192, 8192, 64, 512, window=128), False,
+          SWEEP_D512_WINDOW),
+    Bench(Case("prefill-B1-T8192-HQ64-D512-causal", "dense", 1, 8192, 8192, 64, 512), True, SWEEP_D512_LONG),
     Bench(Case("prefill-B1-T8192-HQ64-D128-causal", "dense", 1, 8192, 8192, 64, 128, sinks=False), True,
           SWEEP_D128),
-    Bench(Case("prefill-B1-T8192-HQ64-D128-W128", "dense", 1, 8192, 8192, 64, 128, window=128), False),
+    Bench(Case("prefill-B1-T8192-HQ64-D128-W128", "dense", 1, 8192, 8192, 64, 128, window=128), False,
+          SWEEP_D128_WINDOW),
+    Bench(Case("prefill-B1-T8192-HQ64-D64-causal", "dense", 1, 8192, 8192, 64, 64, sinks=False), True),
+    Bench(Case("prefill-B1-T8192-HQ64-D256-causal", "dense", 1, 8192, 8192, 64, 256, sinks=False), True),
     Bench(Case("prefill-fused-B1-T8192-HQ64-D512-W128-topk512", "fused", 1, 8192, 8192, 64, 512, window=128,
-               topk=512, S_C=2048, empty=0.0), False),
-    Bench(Case("decode-B32-S8192-HQ64-D512", "dense", 32, 1, 8192, 64, 512), True),
-    Bench(Case("decode-B32-S8192-HQ128-D512", "dense", 32, 1, 8192, 128, 512), True),
+               topk=512, S_C=2048, empty=0.0), False, ((64, 16, 256, 4, 2),)),
+    Bench(Case("decode-B32-S8192-HQ64-D512", "dense", 32, 1, 8192, 64, 512), True, SWEEP_DECODE),
+    Bench(Case("decode-B32-S8192-HQ128-D512", "dense", 32, 1, 8192, 128, 512), True, SWEEP_DECODE),
     Bench(Case("decode-fused-B32-HQ64-D512-W128-topk512", "fused", 32, 1, 8192, 64, 512, window=128, topk=512,
-               S_C=2048, empty=0.0), False),
+               S_C=2048, empty=0.0), False, ((64, 16, 256, 4, 2),)),
     Bench(Case("decode-fused-B32-HQ128-D512-W128-topk512", "fused", 32, 1, 8192, 128, 512, window=128, topk=512,
                S_C=2048, empty=0.0), False),
 ]
+
+
+def resolved_config(case: Case) -> tuple:
+    """The launch config a case runs with: its own, or the default table's pick on this device."""
+    if case.config is not None:
+        return tuple(case.config)
+    from triton_kda.fmha.configs import fmha_config
+
+    G = case.HQ // (case.HKV or 1)
+    T = None if case.seqlens is not None else case.T
+    cfg = fmha_config(case.D, G, T, case.mode in ("gather", "fused"), case.window, torch.device("cuda"))
+    return (cfg.block_m, cfg.block_n, cfg.block_dv, cfg.num_warps, cfg.num_stages)
 
 
 def _with_config(case: Case, cfg: tuple | None) -> Case:
@@ -322,7 +342,7 @@ def render(header: str, ceil: dict, results: list, rows: list, footer: str) -> s
               "| case | config (bm, bn, bdv, warps, stages) | ms | TFLOP/s | % matmul | GB/s | SDPA ms | ours / SDPA |",
               "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        cfg = "default" if r["config"] is None else str(tuple(r["config"]))
+        cfg = str(tuple(r["resolved"])) + (" default" if r["config"] is None else "")
         if "error" in r:
             lines.append(f"| {r['case']} | {cfg} | error: {r['error'][:200]} | | | | | |")
             continue
@@ -357,9 +377,9 @@ def summary(ceil: dict, results: list, rows: list) -> list[str]:
         default = [r for r in got if r["config"] is None]
         if default:
             best = min(got, key=lambda r: r["ms"])
-            out.append(f"{name}: default {default[0]['tflops']:.0f} TFLOP/s = "
+            out.append(f"{name}: default {tuple(default[0]['resolved'])} {default[0]['tflops']:.0f} TFLOP/s = "
                        f"{100 * default[0]['tflops'] / ceil['matmul_tflops']:.0f}% of matmul (must be >= 30%); "
-                       f"best config {best['config'] or 'default'}: "
+                       f"best config {tuple(best['resolved'])}: "
                        f"{100 * best['tflops'] / ceil['matmul_tflops']:.0f}%")
     return out
 
@@ -404,7 +424,7 @@ def main(argv=None) -> int:
     ceil = _ceilings()
     rows = []
     for bench, case in timed:
-        row = {"case": case.name, "config": case.config}
+        row = {"case": case.name, "config": case.config, "resolved": resolved_config(case)}
         if (case.name, case.config) in warm_errors:
             row["error"] = warm_errors[(case.name, case.config)]
             rows.append(row)

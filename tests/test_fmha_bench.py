@@ -57,22 +57,24 @@ def test_render_and_summary_on_fake_rows():
         {"case": "b", "dtype": "fp16", "ok": False, "error": "RuntimeError: boom"},
     ]
     rows = [
-        {"case": "prefill-B1-T8192-HQ64-D128-causal", "config": None, "ms": 2.0, "tflops": 500.0, "gbs": 10.0,
-         "sdpa_ms": 2.5, "sdpa_expanded_ms": 1.8},
-        {"case": "prefill-B1-T8192-HQ64-D512-causal", "config": None, "ms": 10.0, "tflops": 250.0, "gbs": 1.0,
-         "sdpa_error": "RuntimeError: no kernel"},
-        {"case": "prefill-B1-T8192-HQ64-D512-causal", "config": (64, 32, None, 8, 3), "ms": 9.0, "tflops": 280.0,
-         "gbs": 1.0},
-        {"case": "x", "config": (1, 2, 3, 4, 5), "error": "CompilationError: smem"},
+        {"case": "prefill-B1-T8192-HQ64-D128-causal", "config": None, "resolved": (64, 64, None, 4, 3), "ms": 2.0,
+         "tflops": 500.0, "gbs": 10.0, "sdpa_ms": 2.5, "sdpa_expanded_ms": 1.8},
+        {"case": "prefill-B1-T8192-HQ64-D512-causal", "config": None, "resolved": (64, 64, None, 8, 2), "ms": 10.0,
+         "tflops": 250.0, "gbs": 1.0, "sdpa_error": "RuntimeError: no kernel"},
+        {"case": "prefill-B1-T8192-HQ64-D512-causal", "config": (64, 32, None, 8, 3),
+         "resolved": (64, 32, None, 8, 3), "ms": 9.0, "tflops": 280.0, "gbs": 1.0},
+        {"case": "x", "config": (1, 2, 3, 4, 5), "resolved": (1, 2, 3, 4, 5), "error": "CompilationError: smem"},
     ]
     text = render("# head", ceil, results, rows, "foot")
     assert "| a | bf16 | 4.00e-03 | 0.9999900 |" in text
     assert "empty-branch no-op: True" in text
     assert "| b | fp16 | error: RuntimeError: boom" in text
-    assert "| prefill-B1-T8192-HQ64-D128-causal | default | 2.000 | 500 | 62% | 10 | 1.800 | 1.11 |" in text
+    assert ("| prefill-B1-T8192-HQ64-D128-causal | (64, 64, None, 4, 3) default | 2.000 | 500 | 62% | 10 | 1.800 | "
+            "1.11 |") in text
     assert "1.000 (no SDPA kernel)" not in text and "n/a (no SDPA kernel)" in text
     assert "error: CompilationError: smem" in text and "sdpa_error: RuntimeError: no kernel" in text
     lines = summary(ceil, results, rows)
     assert lines[0] == "correctness: 2/3 ok; FAILED: ['b']"
     assert "= 1.11x (must be <= 1.3x)" in lines[1]
-    assert "default 250 TFLOP/s = 31% of matmul" in lines[2] and "best config (64, 32, None, 8, 3): 35%" in lines[2]
+    assert "default (64, 64, None, 8, 2) 250 TFLOP/s = 31% of matmul" in lines[2]
+    assert "best config (64, 32, None, 8, 3): 35%" in lines[2]
