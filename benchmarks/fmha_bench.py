@@ -195,7 +195,7 @@ class Bench:
 
 # Alternative launch configs (block_m, block_n, block_dv, warps, stages) timed with --sweep beside the default.
 SWEEP_D512_LONG = ((64, 16, 256, 4, 2), (128, 32, 256, 8, 2))
-SWEEP_D512_WINDOW = ((64, 64, None, 8, 2), (64, 16, 128, 4, 2))
+SWEEP_D512_WINDOW = ((64, 16, 256, 4, 2), (64, 16, 128, 4, 2))
 SWEEP_D128 = ((128, 64, None, 8, 3), (64, 128, None, 4, 3), (64, 64, None, 4, 4))
 SWEEP_D128_WINDOW = ((128, 64, None, 8, 3), (128, 64, None, 4, 3))
 SWEEP_DECODE = ((64, 16, 256, 4, 2), (64, 32, None, 8, 2))
@@ -229,7 +229,7 @@ def resolved_config(case: Case) -> tuple:
 
     G = case.HQ // (case.HKV or 1)
     T = None if case.seqlens is not None else case.T
-    cfg = fmha_config(case.D, G, T, case.mode in ("gather", "fused"), case.window, torch.device("cuda"))
+    cfg = fmha_config(case.D, G, T, case.mode in ("gather", "fused"), torch.device("cuda"))
     return (cfg.block_m, cfg.block_n, cfg.block_dv, cfg.num_warps, cfg.num_stages)
 
 

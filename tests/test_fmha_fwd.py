@@ -194,6 +194,7 @@ SPLIT_CASES = [
     pytest.param(1, FmhaConfig(32, 16, 32), "causal", id="dv32-causal"),
     pytest.param(4, FmhaConfig(64, 16, 64), "fused", id="splits4-dv64-fused"),
     pytest.param(1, FmhaConfig(16, 64, 16), "full", id="bm16-bn64-dv16-full"),
+    pytest.param(1, FmhaConfig(64, 128, None, 4, 3), "window", id="bm64-bn128-window"),
 ]
 
 

@@ -9,8 +9,8 @@ number of packed heads (at least 16, the smallest tensor-core tile).
 
 Head dim 512: a `[block_m, 512]` fp32 accumulator does not fit one program's registers at `block_m = 128`; the
 table either keeps the whole value dim in one program with `block_m = 64` over 8 warps (two warpgroups, each owning
-half of the value columns, scores computed once) or splits the value dim across programs (`block_dv < DV`), each
-program recomputing the scores `q k^T` of its tile.
+half of the value columns; Triton computes the scores in both) or splits the value dim across programs
+(`block_dv < DV`), each program recomputing the scores `q k^T` of its tile.
 """
 from __future__ import annotations
 
@@ -54,21 +54,14 @@ class FmhaConfig:
             raise ValueError(f"FmhaConfig.num_stages must be an int >= 1, got {self.num_stages!r}")
 
 
-# (D bucket) -> config for Hopper-class parts (sm90, sm100: 227 KB of shared memory per block), measured on an H100
-# (docs/benchmarks/fmha_H100.md). Long key ranges (causal, full) are compute-bound: one program per SM with the whole
-# value dim; short ranges (sliding window) are bound by the q load / o store of each tile, so those configs keep two
-# programs per SM resident (<= 113 KB of shared memory and <= 255 registers x 4 warps each).
+# (D bucket) -> config for Hopper-class parts (sm90, sm100: 227 KB of shared memory per block), from the H100
+# sweeps in docs/benchmarks/fmha_H100.md. D = 512 keeps the whole value dim in one program of 8 warps: a value-dim
+# split with two programs per SM ((64, 16, 256, 4, 2)) was slower for the causal and the 128-token window prefill.
 _SM90_DENSE = {
     64: FmhaConfig(128, 64, None, 4, 3),
     128: FmhaConfig(64, 64, None, 4, 3),
     256: FmhaConfig(128, 64, None, 8, 2),
     512: FmhaConfig(64, 64, None, 8, 2),
-}
-_SM90_WINDOW = {
-    64: FmhaConfig(128, 64, None, 4, 3),
-    128: FmhaConfig(64, 64, None, 4, 3),
-    256: FmhaConfig(64, 32, None, 4, 2),
-    512: FmhaConfig(64, 16, 256, 4, 2),
 }
 _SM90_GATHER = {
     64: FmhaConfig(64, 64, None, 4, 3),
@@ -83,8 +76,6 @@ _GENERIC = {
     256: FmhaConfig(64, 32, None, 4, 2),
     512: FmhaConfig(64, 32, 256, 4, 1),
 }
-# Key ranges up to this many keys count as short (the window table).
-_SHORT_RANGE = 1024
 _INTERPRETER = FmhaConfig(32, 16, None, 4, 1)
 
 
@@ -113,24 +104,14 @@ def _pow2_ceil(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
-def fmha_config(
-    D: int, G: int, T: int | None, gather: bool, window: int | None, device: torch.device
-) -> FmhaConfig:
+def fmha_config(D: int, G: int, T: int | None, gather: bool, device: torch.device) -> FmhaConfig:
     """The default launch for head dim D (keys), group size G (query heads per kv head), T queries per sequence
-    (None when unknown, e.g. varlen), gather mode, the sliding window (None = none), on `device`. Gather mode and
-    short T shrink `block_m` to the rows they fill."""
+    (None when unknown, e.g. varlen), on `device`. Gather mode and short T shrink `block_m` to the rows they fill."""
     if device.type != "cuda" or _interpreting():
         cfg = _INTERPRETER
     else:
         major, _ = _capability(device.index if device.index is not None else torch.cuda.current_device())
-        if major not in (9, 10):
-            table = _GENERIC
-        elif gather:
-            table = _SM90_GATHER
-        elif window is not None and window <= _SHORT_RANGE:
-            table = _SM90_WINDOW
-        else:
-            table = _SM90_DENSE
+        table = (_SM90_GATHER if gather else _SM90_DENSE) if major in (9, 10) else _GENERIC
         cfg = table[min(512, max(64, _pow2_ceil(D)))]
     rows = G if gather else (G * T if T is not None else cfg.block_m)
     block_m = max(16, min(cfg.block_m, _pow2_ceil(rows)))

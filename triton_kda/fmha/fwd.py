@@ -1,8 +1,8 @@
 """The FMHA forward kernel: one online-softmax pass over a dense key range (causal / sliding window / kv_lens) and/or
 a gathered key set (per-query top-k indices, -1 = empty slot), with per-head sinks applied in the epilogue.
 
-Grid: axis 0 = query tiles (tokens x packed heads, see configs.py) x kv splits x value-dim splits (splits fastest),
-axis 1 = batch x kv heads x head groups. A program with `NUM_SPLITS > 1` or `PARTIAL` writes its own softmax average
+Grid: axis 0 = query tiles (tokens x packed heads, see configs.py), axis 1 = batch x kv heads x head groups,
+axis 2 = kv splits x value-dim splits. A program with `NUM_SPLITS > 1` or `PARTIAL` writes its own softmax average
 (fp32) and its log-sum-exp without the sink; `merge.py` combines those. Base-2 exponentials throughout, lse is
 returned in natural-log units.
 """
@@ -124,18 +124,16 @@ def _fmha_attn_fwd_kernel(
     denominator) times their values. q `[B, T, HQ, D]`; k/kc `[B, S(_C), HKV, D]`; v/vc `[B, S(_C), HKV, DV]`;
     idx `[B, T, TOPK]` int; o `[NUM_SPLITS, B*T*HQ, DV]` (q's dtype, or fp32 when WRITE_PARTIAL); lse
     `[NUM_SPLITS, B*T*HQ]` fp32 (natural log); sink `[HQ]` fp32."""
-    # axis 0 = (query tile, kv split, value split) with the splits fastest, so the programs that share a q tile and
-    # a key range run side by side and find them in L2
-    pid = tl.program_id(0)
-    split = pid % NUM_SPLITS
-    dv0 = ((pid // NUM_SPLITS) % (DV // BLOCK_DV)) * BLOCK_DV
-    pid_t = pid // (NUM_SPLITS * (DV // BLOCK_DV))
+    pid_t = tl.program_id(0)
     if REVERSE:
-        pid_t = tl.num_programs(0) // (NUM_SPLITS * (DV // BLOCK_DV)) - 1 - pid_t
+        pid_t = tl.num_programs(0) - 1 - pid_t
     pid_bh = tl.program_id(1)
+    pid_s = tl.program_id(2)
     hg = pid_bh % N_HG
     kvh = (pid_bh // N_HG) % HKV
     b = pid_bh // (N_HG * HKV)
+    split = pid_s % NUM_SPLITS
+    dv0 = (pid_s // NUM_SPLITS) * BLOCK_DV
 
     if IS_VARLEN:
         seq = tl.load(tile_seq_ptr + pid_t)
@@ -328,7 +326,7 @@ def attn_fwd(p: AttnProblem, cfg: FmhaConfig, num_splits: int) -> tuple[torch.Te
     def opt(t):
         return lse if t is None else t
 
-    grid = (grid_t * num_splits * n_dv, grid_b * HKV * n_hg)
+    grid = (grid_t, grid_b * HKV * n_hg, num_splits * n_dv)
     _fmha_attn_fwd_kernel[grid](
         q, dk, dv_, gk, gv, opt(p.idx), o, lse, opt(p.sinks),
         opt(p.cu_seqlens), opt(dense.cu if dense else None), opt(gth.cu if gth else None),
