@@ -16,6 +16,23 @@ from triton_kda.intra import _finite_or_zero, _op
 
 
 @triton.jit
+def _seq_state_coords(cu_seqlens, i_n, i_v, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                      V_FIRST: tl.constexpr):
+    """Sequence start (int64) and length (int32), the K/V offsets of this program's V block, their mask, and the
+    element offsets of that [BK, BV] block inside one [K, V] state ([V, K] if V_FIRST)."""
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    T = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos).to(tl.int32)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
+    if V_FIRST:
+        off_kv = o_v[None, :] * K + o_k[:, None]
+    else:
+        off_kv = o_k[:, None] * V + o_v[None, :]
+    return bos, T, o_k, o_v, m_kv, off_kv
+
+
+@triton.jit
 def _kda_state_fwd_kernel(
     qg, kg, w, u, Aqk, gl, h0, o, ht, h, v_new,
     cu_seqlens, chunk_offsets,
@@ -26,15 +43,7 @@ def _kda_state_fwd_kernel(
     """qg, kg, w: [TT, HV, K]; u, o, v_new: [TT, HV, V]; Aqk: [TT, HV, BT]; gl: [NT, HV, K] fp32 (log2 units);
     h0, ht: [N, HV, K, V] fp32 ([N, HV, V, K] if V_FIRST); h: [NT, HV, K, V] (same layout rule as the states)."""
     i_v, i_n, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-    T = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos).to(tl.int32)
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
-    if V_FIRST:
-        off_kv = o_v[None, :] * K + o_k[:, None]
-    else:
-        off_kv = o_k[:, None] * V + o_v[None, :]
+    bos, T, o_k, o_v, m_kv, off_kv = _seq_state_coords(cu_seqlens, i_n, i_v, K, V, BK, BV, V_FIRST)
     b_S = tl.zeros((BK, BV), dtype=tl.float32)
     if HAS_H0:
         b_S += tl.load(h0 + (i_n * HV + i_hv).to(tl.int64) * K * V + off_kv, mask=m_kv, other=0.0)
@@ -81,15 +90,7 @@ def _kda_state_bwd_kernel(
     dht, dh0: [N, HV, K, V] fp32 ([N, HV, V, K] if V_FIRST). Writes dh [NT, HV, K, V] fp32 (always K-first),
     dv_new [TT, HV, V] fp32 and, with STORE_DH0, dh0 (dS before the first chunk)."""
     i_v, i_n, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-    T = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos).to(tl.int32)
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
-    if V_FIRST:
-        off_kv = o_v[None, :] * K + o_k[:, None]
-    else:
-        off_kv = o_k[:, None] * V + o_v[None, :]
+    bos, T, o_k, o_v, m_kv, off_kv = _seq_state_coords(cu_seqlens, i_n, i_v, K, V, BK, BV, V_FIRST)
     b_dS = tl.zeros((BK, BV), dtype=tl.float32)
     if HAS_DHT:
         b_dS += tl.load(dht + (i_n * HV + i_hv).to(tl.int64) * K * V + off_kv, mask=m_kv, other=0.0)
