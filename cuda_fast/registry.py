@@ -11,9 +11,11 @@ becomes the rejection reason).
       whose switch is on and whose verifier accepts the call; else Triton, with every rejection in the reason.
   ``triton``: always the Triton path.
   a backend name: that backend, or ValueError with the reason it cannot take the call.
-The compute capability is read on first use per device index (``torch.cuda.get_device_capability``), never at
-import. Each distinct rejection is logged once at INFO on the logger ``triton_kda.backend``; the last selections
-are kept for ``backend_report()``.
+The compute capability is read on first use per device (``torch.cuda.get_device_capability``), never at import; a
+device that is not CUDA has none and goes to Triton without touching CUDA. Each distinct rejection is logged once at
+INFO on the logger ``triton_kda.backend``; the last selections are kept for ``backend_report()``.
+
+The module-level functions act on ``default_registry`` as it is at call time, so a test can swap in its own.
 """
 
 from __future__ import annotations
@@ -111,8 +113,9 @@ class ReportEntry(NamedTuple):
 
 
 def cuda_capability(device: torch.device) -> Capability | None:
-    """(major, minor) compute capability of a CUDA device, or None when CUDA is not available."""
-    if not torch.cuda.is_available():
+    """(major, minor) compute capability of a CUDA device; None for another device type (without touching CUDA)
+    or when CUDA is not available."""
+    if device.type != "cuda" or not torch.cuda.is_available():
         return None
     major, minor = torch.cuda.get_device_capability(device)
     return major, minor
@@ -121,7 +124,8 @@ def cuda_capability(device: torch.device) -> Capability | None:
 class Registry:
     """Backends, their lazily loaded implementations and the selection report.
 
-    capability_fn: ``fn(device) -> (major, minor) | None`` (None: CUDA not available); injectable for tests.
+    capability_fn: ``fn(device) -> (major, minor) | None`` for any device type (None: no CUDA backend can run
+        there); injectable for tests, which may give a CPU device a capability to route calls to fake backends.
     report_length: how many past selections ``backend_report`` keeps.
     """
 
@@ -129,7 +133,7 @@ class Registry:
                  report_length: int = REPORT_LENGTH):
         self._capability_fn = capability_fn
         self._backends: dict[str, Backend] = {}
-        self._capabilities: dict[int, Capability | None] = {}
+        self._capabilities: dict[tuple[str, int], Capability | None] = {}
         self._loaded: dict[str, Callable[..., Any]] = {}
         self._load_errors: dict[str, str] = {}
         self._logged: set[tuple[str, str, str]] = set()
@@ -202,18 +206,19 @@ class Registry:
                          f"call: {reason}")
 
     def _device_problem(self, device: torch.device) -> str | None:
+        if self._capability(device) is not None:
+            return None
         if device.type != "cuda":
             return f"inputs are on {device}, not a CUDA device"
-        if self._capability(device) is None:
-            return "CUDA is not available"
-        return None
+        return "CUDA is not available"
 
     def _capability(self, device: torch.device) -> Capability | None:
-        if device.index is not None and device.index in self._capabilities:
-            return self._capabilities[device.index]
+        key = (device.type, device.index)
+        if key in self._capabilities:
+            return self._capabilities[key]
         capability = self._capability_fn(device)
         if device.index is not None:  # a bare "cuda" follows the current device, so it is not cached
-            self._capabilities[device.index] = capability
+            self._capabilities[key] = capability
         return capability
 
     def _try(self, backend: Backend, op: str, args: dict, device: torch.device) -> tuple[Callable | None, str]:
@@ -251,8 +256,28 @@ class Registry:
 
 
 default_registry = Registry()
-register = default_registry.register
-registered = default_registry.registered
-select = default_registry.select
-backend_report = default_registry.backend_report
-clear_backend_report = default_registry.clear_backend_report
+
+
+def register(backend: Backend) -> None:
+    """``Registry.register`` on the default registry."""
+    default_registry.register(backend)
+
+
+def registered() -> tuple[Backend, ...]:
+    """``Registry.registered`` of the default registry."""
+    return default_registry.registered()
+
+
+def select(op: str, args: dict, device: torch.device | str) -> Selection:
+    """``Registry.select`` on the default registry."""
+    return default_registry.select(op, args, device)
+
+
+def backend_report() -> list[ReportEntry]:
+    """Which backend served the last calls and why (oldest first): ``Registry.backend_report`` of the default one."""
+    return default_registry.backend_report()
+
+
+def clear_backend_report() -> None:
+    """``Registry.clear_backend_report`` on the default registry."""
+    default_registry.clear_backend_report()

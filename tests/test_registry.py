@@ -1,7 +1,7 @@
 """cuda_fast registry: selection, fallbacks, forcing, lazy loading, logging and the report, with fake backends.
 
 Every test builds its own Registry with an injected compute capability, so nothing touches a GPU or the global
-registry (except the last test, which only reads it).
+registry (except the module-level API tests: one only reads it, the other swaps in its own for the test).
 """
 
 import logging
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import cuda_fast
-from cuda_fast.registry import ENV_VAR, Backend, Registry, ReportEntry
+from cuda_fast.registry import ENV_VAR, Backend, Registry, ReportEntry, cuda_capability
 
 OP = "chunk_kda_fwd"
 CUDA0 = torch.device("cuda", 0)
@@ -40,10 +40,12 @@ def fake(name, priority=0, ops=(OP,), capabilities=((9, 0),), env_switch=None, v
 
 
 def registry(*backends, capability=(9, 0), calls=None):
+    """A Registry whose CUDA devices have `capability` (None: CUDA unavailable) and other devices none, like the
+    default; `calls` (a list) records each capability lookup."""
     def capability_fn(device):
         if calls is not None:
-            calls.append(device.index)
-        return capability
+            calls.append(str(device))
+        return capability if device.type == "cuda" else None
     reg = Registry(capability_fn=capability_fn)
     for backend in backends:
         reg.register(backend)
@@ -166,22 +168,38 @@ def test_capability(capabilities, device_cc, chosen):
         assert f"compute capability {device_cc[0]}.{device_cc[1]} of cuda:0 is not supported" in sel.reason
 
 
-def test_cpu_and_no_cuda_go_to_triton_without_probing():
-    calls = []
-    reg = registry(fake("sm90"), calls=calls)
+def test_cpu_and_no_cuda_go_to_triton():
+    loads = []
+    reg = registry(fake("sm90", loads=loads))
     assert reg.select(OP, {}, "cpu") == ("triton", None, "inputs are on cpu, not a CUDA device")
-    assert calls == []
-    no_cuda = registry(fake("sm90"), capability=None)
+    no_cuda = registry(fake("sm90", loads=loads), capability=None)
     assert no_cuda.select(OP, {}, CUDA0) == ("triton", None, "CUDA is not available")
+    assert loads == []
 
 
-def test_capability_read_lazily_and_cached_per_device_index():
+def test_default_capability_fn_does_not_touch_cuda_for_a_cpu_device(monkeypatch):
+    def no_cuda_calls():
+        raise AssertionError("CUDA was queried for a CPU device")
+
+    monkeypatch.setattr(torch.cuda, "is_available", no_cuda_calls)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", no_cuda_calls)
+    assert cuda_capability(torch.device("cpu")) is None
+    assert Registry().select(OP, {}, "cpu") == ("triton", None, "inputs are on cpu, not a CUDA device")
+
+
+def test_injected_capability_admits_any_device_type():
+    reg = Registry(capability_fn=lambda device: (9, 0))
+    reg.register(fake("sm90"))
+    assert reg.select(OP, {}, "cpu").name == "sm90"
+
+
+def test_capability_read_lazily_and_cached_per_device():
     calls = []
     reg = registry(fake("sm90"), calls=calls)
     assert calls == []
-    for device in ("cuda:0", "cuda:0", "cuda:1", "cuda:1", "cuda:0"):
+    for device in ("cuda:0", "cuda:0", "cuda:1", "cpu:0", "cuda:1", "cpu:0", "cuda:0"):
         reg.select(OP, {}, device)
-    assert calls == [0, 1]
+    assert calls == ["cuda:0", "cuda:1", "cpu:0"]
 
 
 def test_report_contents_bounded_and_clearable(monkeypatch):
@@ -262,3 +280,14 @@ def test_module_level_api_uses_the_default_registry():
     assert cuda_fast.backend_report() == [ReportEntry("triton", OP, "inputs are on cpu, not a CUDA device")]
     cuda_fast.clear_backend_report()
     assert cuda_fast.registered() == cuda_fast.registry.default_registry.registered()
+
+
+def test_module_level_api_follows_a_swapped_default_registry(monkeypatch):
+    reg = registry()
+    monkeypatch.setattr(cuda_fast.registry, "default_registry", reg)
+    cuda_fast.register(fake("sm90"))
+    assert [b.name for b in cuda_fast.registered()] == ["sm90"]
+    assert cuda_fast.select(OP, {}, CUDA0).name == "sm90"
+    assert cuda_fast.backend_report() == reg.backend_report() == [ReportEntry("sm90", OP, "sm90 (priority 0): fits")]
+    cuda_fast.clear_backend_report()
+    assert reg.backend_report() == []
