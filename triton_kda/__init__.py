@@ -1,8 +1,10 @@
 """triton-kda: portable Triton kernels for KDA (Kimi Delta Attention).
 
-Importing this package touches no GPU and compiles nothing; kernels compile on first call.
+Importing this package touches no GPU and compiles nothing; kernels compile on first call. ``backend_report()``
+tells which backend (a compiled `cuda_fast` one, or Triton) served the last calls and why.
 """
+from cuda_fast import backend_report
 from triton_kda.chunk import chunk_kda
 
-__all__ = ["chunk_kda"]
+__all__ = ["backend_report", "chunk_kda"]
 __version__ = "0.1.0"

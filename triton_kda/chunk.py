@@ -1,9 +1,24 @@
-"""The public `chunk_kda` (a drop-in replacement for `fla.ops.kda.chunk_kda`) and its autograd Function."""
+"""The public `chunk_kda` (a drop-in replacement for `fla.ops.kda.chunk_kda`) and its autograd Function.
+
+After validating its inputs (always: no backend skips it), `chunk_kda` asks the `cuda_fast` registry which backend
+serves op ``chunk_kda_fwd`` on q's device, passing its verifiers the dict built by `_backend_args`. A compiled
+backend chosen there is called as
+
+    fn(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, problem, flags)
+
+with q, k, v, g, beta, initial_state and cu_seqlens as the caller gave them (validated, layout untouched), A_log and
+dt_bias as resolved by validation (None unless ``use_gate_in_kernel``), ``problem`` the `KDAProblem` (sizes, scale,
+state layout, the checked CPU copy of cu_seqlens) and ``flags`` the dict of every boolean option plus
+``lower_bound``; it returns exactly what `chunk_kda` returns. When the verifier's ``requires_grad`` is True its
+outputs must carry the autograd graph (a forward-only backend's verifier declines those calls). Otherwise the Triton
+path runs.
+"""
 from __future__ import annotations
 
 import torch
 
-from triton_kda._validate import validate_chunk_kda
+import cuda_fast
+from triton_kda._validate import KDAProblem, validate_chunk_kda
 from triton_kda.chunk_bwd import chunk_bwd
 from triton_kda.chunk_fwd import IntraOut, intra_fwd, plan_chunks, state_fwd
 
@@ -28,6 +43,19 @@ def _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan, *, 
                    output_final_state=output_final_state, state_v_first=p.state_v_first, store_h=store_h,
                    store_v_new=store_v_new, h_dtype=h_dtype)
     return intra, st
+
+
+BACKEND_OP = "chunk_kda_fwd"
+
+
+def _backend_args(q, k, v, g, beta, initial_state, cu_seqlens, p: KDAProblem, flags: dict) -> dict:
+    """What a backend's verifier sees: the tensors, every field of ``p`` (B, T, H, HV, K, V, N, chunk_size, scale,
+    A_log, dt_bias, state_v_first, seqlens_cpu), every flag, ``dtype`` (q's), ``varlen`` and ``requires_grad``
+    (grad mode is on and an input requires grad). Host-side only: no device sync."""
+    inputs = (q, k, v, g, beta, p.A_log, p.dt_bias, initial_state)
+    return dict(p._asdict(), **flags, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state,
+                cu_seqlens=cu_seqlens, dtype=q.dtype, varlen=cu_seqlens is not None,
+                requires_grad=torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs))
 
 
 class ChunkKDAFunction(torch.autograd.Function):
@@ -132,5 +160,10 @@ def chunk_kda(
         use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
         allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound if use_gate_in_kernel else None,
         disable_recompute=disable_recompute, return_intermediate_states=return_intermediate_states,
+        safe_gate=safe_gate,
     )
+    backend = cuda_fast.select(BACKEND_OP, _backend_args(q, k, v, g, beta, initial_state, cu_seqlens, p, flags),
+                               q.device)
+    if backend.fn is not None:
+        return backend.fn(q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, cu_seqlens, p, flags)
     return ChunkKDAFunction.apply(q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, p, flags, p.seqlens_cpu)
