@@ -88,6 +88,9 @@ FP32_CASES = [
     _case(T=sum(RAGGED), H=2, HV=4, seqlens=RAGGED, **IN_KERNEL, **STATE),
     _case(T=sum(RAGGED), H=1, HV=2, seqlens=RAGGED, chunk_size=64, gate="strong", state_v_first=True,
           disable_recompute=True, **STATE),
+    # several K and V slices per program; with the strong gate some K slices take the exact sums, others the anchored
+    _case(T=90, H=1, HV=2, K=48, V=40, chunk_size=64, gate="strong", use_qk_l2norm_in_kernel=True, **STATE),
+    _case(T=90, H=2, HV=4, K=48, V=40, **IN_KERNEL, lower_bound=-5.0, **STATE),
 ]
 FP16_CASES = [
     _case(),

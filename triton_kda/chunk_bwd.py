@@ -1,7 +1,8 @@
 """Backward orchestration: the reverse state pass, the chunk-local backward, the GVA and parameter reductions.
 
-Both stages are deterministic (no atomics): per-v-head partials of dq/dk and per-token partials of dA_log/ddt_bias
-are written by the kernels and summed here with torch.
+Every stage is deterministic (no atomics): per-v-head partials of dq/dk are summed over each GVA group by
+`qk_bwd` (which also applies the l2norm backward), per-chunk and per-K-slice partials of
+dbeta/dA_log/ddt_bias by torch.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 
 from triton_kda.chunk_fwd import ChunkPlan, IntraOut, _precision
 from triton_kda.gate import gate_mode
-from triton_kda.intra import intra_bwd
+from triton_kda.intra import intra_bwd, qk_bwd, wy_bwd
 from triton_kda.state import state_bwd
 
 
@@ -38,30 +39,28 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     intra: the intra-stage outputs; h: [NT, HV, K, V] fp32 state at each chunk start (V-first with
     state_v_first); v_new: [TT, HV, V].
     """
-    TT, H, K = q.shape
-    HV, V = v.shape[1], v.shape[2]
+    V = v.shape[2]
     prec = _precision(q.dtype)
     st = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do, dht, plan, BT, V, want_dh0=want_dh0,
                    state_v_first=state_v_first, prec=prec)
     gate = gate_mode(use_gate_in_kernel, lower_bound)
-    it = intra_bwd(q, k, v, g, beta, A_log, dt_bias, intra.gcum, intra.rstd_q, intra.rstd_k, intra.beta,
-                   intra.Akk, h, st.dh, v_new, st.dv_new, do, scale, plan, BT,
-                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, gate=gate, lower_bound=lower_bound,
-                   use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-                   state_v_first=state_v_first, prec=prec)
-    G = HV // H
-    dA_log = ddt_bias = None
-    if gate > 0 and A_log is not None:
-        dA_log = it.dA_log_rows.sum(0).reshape(A_log.shape).to(A_log.dtype)
-    if gate > 0 and dt_bias is not None:
-        ddt_bias = it.dg.sum(0).reshape(dt_bias.shape).to(dt_bias.dtype)
+    wy = wy_bwd(k, v, intra.gcum, intra.rstd_k, intra.beta, intra.Akk, h, v_new, st.dv_new, do, plan, BT,
+                state_v_first=state_v_first, prec=prec)
+    it = intra_bwd(q, k, g, A_log, dt_bias, intra.gcum, intra.rstd_q, intra.rstd_k, intra.beta, h, st.dh, v_new, wy,
+                   do, scale, plan, BT, gate=gate, lower_bound=lower_bound, state_v_first=state_v_first, prec=prec)
+    dbeta = wy.dbeta + it.dbeta.sum(0)
+    if use_beta_sigmoid_in_kernel:
+        # beta_act = s * sigmoid(x): d/dx = beta_act (1 - beta_act / s)
+        s = 2.0 if allow_neg_eigval else 1.0
+        dbeta = dbeta * intra.beta * (1.0 - intra.beta / s)
     return ChunkGrads(
-        dq=it.dq.view(TT, H, G, K).sum(2).to(q.dtype),
-        dk=it.dk.view(TT, H, G, K).sum(2).to(k.dtype),
-        dv=it.dv,
-        dg=it.dg.to(g.dtype),
-        dbeta=it.dbeta.to(beta.dtype),
-        dA_log=dA_log,
-        ddt_bias=ddt_bias,
+        dq=qk_bwd(q, it.dq, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel),
+        dk=qk_bwd(k, it.dk, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel),
+        dv=wy.dv,
+        dg=it.dg,
+        dbeta=dbeta.to(beta.dtype),
+        dA_log=it.dA_log_part.sum((0, 1)).reshape(A_log.shape).to(A_log.dtype) if it.dA_log_part is not None else None,
+        ddt_bias=(it.ddt_bias_part.sum(0).reshape(dt_bias.shape).to(dt_bias.dtype)
+                  if it.ddt_bias_part is not None else None),
         dh0=st.dh0,
     )

@@ -60,6 +60,18 @@ def intra_config(arch: int, K: int, V: int) -> IntraConfig:
     return IntraConfig(BC=16, BK=min(32, _kpad(K)), BV=BV, num_warps=4, num_stages=1)
 
 
+def wy_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
+    """The WY backward (one program per chunk and v-head, V slices of BV with K slices of BK inside)."""
+    return IntraConfig(BC=16, BK=min(64, _kpad(K)), BV=min(32 if arch == 0 else 64, _kpad(V)), num_warps=4,
+                       num_stages=1)
+
+
+def intra_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
+    """The chunk-local backward (one program per chunk, v-head and K slice of BK; BC-row blocks as the forward)."""
+    return IntraConfig(BC=16, BK=min(32, _kpad(K)), BV=min(32 if arch == 0 else 64, _kpad(V)), num_warps=4,
+                       num_stages=1)
+
+
 def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
     """elem_size: bytes per element of the stored intermediates (2 for bf16/fp16, 4 for fp32)."""
     BK = _kpad(K)
@@ -71,7 +83,8 @@ def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
         BV = 32 if BK <= 128 else 16
     # double-buffer the chunk loads only for rows of <= 256 bytes: triton 3.6 pipelines the chunk loop deeper than
     # 3.7 and ran out of shared memory on sm90 at bf16 BK = 256 with two stages (237568 B > 232448 B)
-    stages = 2 if elem_size * BK <= 256 else 1
+    # H100 bf16 K128 (docs/benchmarks/NOTES.md): 3 stages 0.35 ms, 2 stages 0.43 ms
+    stages = 3 if elem_size == 2 and BK <= 128 else 2 if elem_size * BK <= 256 else 1
     return StateConfig(BV=min(BV, _kpad(V)), num_warps=4, num_stages=stages)
 
 
@@ -89,8 +102,13 @@ _DTYPES = {"bf16": ("bf16", True), "fp16": ("fp16", False), "fp32": ("fp32", Fal
 
 def compile_specs(arch: int) -> list[CompileSpec]:
     """Every (kernel, launch configuration) the dispatcher can pick on `arch`, for ahead-of-time compilation."""
-    from triton_kda.intra import _kda_intra_fwd_kernel
-    from triton_kda.state import _kda_state_fwd_kernel
+    from triton_kda.intra import (
+        _kda_intra_bwd_kernel,
+        _kda_intra_fwd_kernel,
+        _kda_qk_bwd_kernel,
+        _kda_wy_bwd_kernel,
+    )
+    from triton_kda.state import _kda_state_bwd_kernel, _kda_state_fwd_kernel
 
     specs = []
     for K, V in ((64, 64), (128, 128), (256, 256)):
@@ -117,4 +135,34 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                           STORE_VNEW=True, V_FIRST=False, IS_BF16=is_bf16, PREC=prec)
                 specs.append(CompileSpec(f"state_fwd K{K} V{V} BT{BT} {dname}", _kda_state_fwd_kernel, sig, ce,
                                          sc.num_warps, sc.num_stages))
+                sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "do")}
+                sig.update({n: "*fp32" for n in ("gl", "dht", "dh", "dv_new", "dh0")})
+                sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
+                sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
+                ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K), BV=sc.BV, HAS_DHT=True, STORE_DH0=True, V_FIRST=False,
+                          IS_BF16=is_bf16, PREC=prec)
+                specs.append(CompileSpec(f"state_bwd K{K} V{V} BT{BT} {dname}", _kda_state_bwd_kernel, sig, ce,
+                                         sc.num_warps, sc.num_stages))
+                wc = wy_bwd_config(arch, K, V)
+                sig = {n: f"*{ty}" for n in ("k", "v", "v_new", "do", "dv")}
+                sig.update({n: "*fp32" for n in ("gcum", "rstd_k", "beta_act", "Akk", "h", "dv_new", "dvb", "dAqk",
+                                                 "dL", "dbeta_v")})
+                sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32"})
+                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, V_FIRST=False, PREC=prec)
+                specs.append(CompileSpec(f"wy_bwd K{K} V{V} BT{BT} {dname}", _kda_wy_bwd_kernel, sig, ce,
+                                         wc.num_warps, wc.num_stages))
+                bc = intra_bwd_config(arch, K, V)
+                sig = {n: f"*{ty}" for n in ("q", "k", "g", "v_new", "do", "dg")}
+                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "gcum", "rstd_q", "rstd_k", "beta_act", "h",
+                                                 "dh", "dvb", "dAqk", "dL", "dq", "dk", "dbeta_k", "dA_log_part",
+                                                 "ddt_bias_part")})
+                sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "lower_bound": "fp32",
+                            "TT": "i32", "NT": "i32"})
+                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=bc.BC, BK=bc.BK, BV=bc.BV, GATE=2, HAS_A_LOG=True,
+                          HAS_DT_BIAS=True, V_FIRST=False, PREC=prec)
+                specs.append(CompileSpec(f"intra_bwd K{K} V{V} BT{BT} {dname}", _kda_intra_bwd_kernel, sig, ce,
+                                         bc.num_warps, bc.num_stages))
+            sig = {"x": f"*{ty}", "dx_part": "*fp32", "dx": f"*{ty}", "TT": "i32"}
+            ce = dict(H=4, G=2, K=K, BT=32, BK=_kpad(K), USE_L2NORM=True)
+            specs.append(CompileSpec(f"qk_bwd K{K} {dname}", _kda_qk_bwd_kernel, sig, ce, 4, 1))
     return specs

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda.configs import _kpad, arch_of, intra_config
+from triton_kda.configs import _kpad, arch_of, intra_bwd_config, wy_bwd_config
 from triton_kda.gate import kda_gate_act, kda_gate_act_bwd
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -250,37 +250,22 @@ def _kda_intra_fwd_kernel(
 
 
 @triton.jit
-def _mm(a, b, IS_BF16: tl.constexpr, PREC: tl.constexpr):
-    """a @ b with both operands in the product dtype of `_op`, fp32 accumulation."""
-    return tl.dot(_op(a, IS_BF16), _op(b, IS_BF16), input_precision=PREC)
-
-
-@triton.jit
-def _kda_intra_bwd_kernel(
-    q, k, v, g, beta, A_log, dt_bias,
-    gcum, rstd_q, rstd_k, beta_act, Akk, h, dh, v_new, dv_new, do,
-    dq, dk, dv, dg, dbeta, dA_log_rows,
-    cu_seqlens, chunk_indices, scale, lower_bound,
+def _kda_wy_bwd_kernel(
+    k, v, gcum, rstd_k, beta_act, Akk, h, v_new, dv_new, do,
+    dv, dvb, dAqk, dL, dbeta_v,
+    cu_seqlens, chunk_indices,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    USE_L2NORM: tl.constexpr, GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
-    BETA_SIGMOID: tl.constexpr, BETA_SCALE: tl.constexpr, V_FIRST: tl.constexpr, IS_BF16: tl.constexpr,
-    PREC: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr, PREC: tl.constexpr,
 ):
-    """Chunk-local backward, one program per (chunk, v-head); the whole K row sits in one BK >= K tile.
+    """Backward through u = Akk (beta v), w = Akk (beta kn 2^G) and Akk = (I + L)^-1, and the Aqk gradient; one
+    program per (chunk, v-head), V in slices of BV (K in slices of BK inside them).
 
-    Inputs: q, k [TT, H, K]; v, do [TT, HV, V]; g [TT, HV, K]; beta [TT, HV] (raw, as the caller passed them);
-    the forward's gcum [TT, HV, K] fp32 (log2 units), rstd_q/rstd_k/beta_act [TT, HV] fp32, Akk [TT, HV, BT] fp32,
-    h [NT, HV, K, V] fp32 (state at each chunk start; [NT, HV, V, K] if V_FIRST), v_new [TT, HV, V]; from the
-    reverse state pass dh [NT, HV, K, V] fp32 (gradient of the state after each chunk) and dv_new [TT, HV, V] fp32.
-    Writes dq, dk [TT, HV, K] fp32 (per v-head partials, summed over the GVA group by the caller), dv [TT, HV, V]
-    in v's dtype, dg [TT, HV, K] fp32 (w.r.t. the raw gate input), dbeta [TT, HV] fp32 (w.r.t. the raw beta),
-    dA_log_rows [TT, HV] fp32 (per-token partials of dA_log, only with HAS_A_LOG).
-
-    With S = h[c], dS = dh[c], natural-log cumsum G (e^G = 2^gcum), qn = scale rstd_q q, kn = rstd_k k:
-        dqg = do S^T, dAqk = tril(do v_new^T), dkg = v_new dS^T, dw = -dv_new S^T, du = dv_new
-    then back through u = Akk (beta v), w = Akk (beta kn e^G), Akk = (I + L)^-1, Aqk, L, qg = qn e^G,
-    kg = kn e^(G_last - G), the chunk cumsum, the gate activation, the l2 norms and the beta sigmoid.
+    k [TT, H, K]; v, do [TT, HV, V]; gcum [TT, HV, K] fp32 (log2 units); rstd_k, beta_act [TT, HV] fp32;
+    Akk [TT, HV, BT] fp32; h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST); v_new [TT, HV, V]; dv_new [TT, HV, V]
+    fp32 from the reverse state pass. With S = h[c], kb = beta kn 2^G (dw = -dv_new S^T never materialised):
+        dAqk = tril(do v_new^T),  dA = dv_new (beta v - kb S)^T,  dL = -Akk^T dA Akk^T (strictly lower),
+        dvb = Akk^T dv_new,  dv = beta dvb,  dbeta_v = rowsum(dvb v)
+    Writes dv [TT, HV, V] in v's dtype, dvb [TT, HV, V] fp32, dAqk / dL [TT, HV, BT] fp32, dbeta_v [TT, HV] fp32.
     """
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
     i_h = i_hv // (HV // H)
@@ -289,41 +274,111 @@ def _kda_intra_bwd_kernel(
     n_valid = tl.minimum(T - t0, BT)
     o_t = tl.arange(0, BT)
     m_t = o_t < n_valid
-    o_k = tl.arange(0, BK)
-    m_k = o_k < K
-    m_tk = m_t[:, None] & m_k[None, :]
+    m_tt = m_t[:, None] & m_t[None, :]
     p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
+    p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
 
-    p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, 0), (BT, BK), (1, 0))
-    p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, 0), (BT, BK), (1, 0))
-    p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
     p_A = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-    b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
-    b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32)
-    b_G = tl.load(p_G, boundary_check=(0, 1))
     b_A = tl.load(p_A, boundary_check=(0, 1))
-    b_Gl = tl.load(gcum + ((bos + t0 + n_valid - 1) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
-    b_rq = tl.load(rstd_q + p_row_hv, mask=m_t, other=0.0)
     b_rk = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)
     b_b = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
-    b_qn = b_q * (b_rq * scale)[:, None]
-    b_kn = b_k * b_rk[:, None]
-    b_eG = tl.exp2(b_G)
-    b_eGl = tl.where(m_t[:, None], tl.exp2(b_Gl[None, :] - b_G), 0.0)
-    b_qg = b_qn * b_eG
-    b_kg = b_kn * b_eGl
-    b_kbn = b_kn * b_b[:, None]
-    b_kb = b_kbn * b_eG
-
-    # ---- gradients of the state-stage inputs, over V blocks ----------------------------------------------------
-    b_dqg = tl.zeros((BT, BK), dtype=tl.float32)
-    b_dkg = tl.zeros((BT, BK), dtype=tl.float32)
-    b_dw = tl.zeros((BT, BK), dtype=tl.float32)
     b_dAqk = tl.zeros((BT, BT), dtype=tl.float32)
     b_dA = tl.zeros((BT, BT), dtype=tl.float32)
     b_db = tl.zeros((BT,), dtype=tl.float32)
-    b_dGl = tl.zeros((BK,), dtype=tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        p_dvn = tl.make_block_ptr(dv_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV),
+                                  (1, 0))
+        p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        b_dvn = tl.load(p_dvn, boundary_check=(0, 1))
+        b_v = tl.load(p_v, boundary_check=(0, 1)).to(tl.float32)
+        b_dAqk += tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32),
+                         tl.trans(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32)), input_precision=PREC)
+        b_P = tl.zeros((BT, BV), dtype=tl.float32)
+        for i_k in range(tl.cdiv(K, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
+            if V_FIRST:
+                off_h = o_v[None, :] * K + o_k[:, None]
+            else:
+                off_h = o_k[:, None] * V + o_v[None, :]
+            p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+            p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
+                                    (1, 0))
+            b_kb = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * (b_rk * b_b)[:, None]
+            b_kb *= tl.exp2(tl.load(p_G, boundary_check=(0, 1)))
+            b_P += tl.dot(b_kb, tl.load(h + p_state + off_h, mask=m_kv, other=0.0), input_precision=PREC)
+        b_dA += tl.dot(b_dvn, tl.trans(b_v * b_b[:, None] - b_P), input_precision=PREC)
+        b_dvb = tl.dot(tl.trans(b_A), b_dvn, input_precision=PREC)
+        p_dv = tl.make_block_ptr(dv + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        tl.store(p_dv, (b_dvb * b_b[:, None]).to(p_dv.dtype.element_ty), boundary_check=(0, 1))
+        tl.store(p_dvb, b_dvb, boundary_check=(0, 1))
+        b_db += tl.sum(b_dvb * b_v, axis=1)
+    b_dL = -tl.dot(tl.dot(tl.trans(b_A), b_dA, input_precision=PREC), tl.trans(b_A), input_precision=PREC)
+    p_dAqk = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
+    p_dL = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
+    tl.store(p_dAqk, tl.where(m_tt & (o_t[None, :] <= o_t[:, None]), b_dAqk, 0.0), boundary_check=(0, 1))
+    tl.store(p_dL, tl.where(m_tt & (o_t[None, :] < o_t[:, None]), b_dL, 0.0), boundary_check=(0, 1))
+    tl.store(dbeta_v + p_row_hv, b_db, mask=m_t)
+
+
+@triton.jit
+def _kda_intra_bwd_kernel(
+    q, k, g, A_log, dt_bias, gcum, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
+    dq, dk, dg, dbeta_k, dA_log_part, ddt_bias_part,
+    cu_seqlens, chunk_indices, scale, lower_bound, TT, NT,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, V_FIRST: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Chunk-local backward of one K slice: one program per (chunk, v-head, K slice), BC-row blocks in reverse.
+
+    q, k [TT, H, K]; g [TT, HV, K] (raw); gcum [TT, HV, K] fp32 (log2 units); rstd_q, rstd_k, beta_act [TT, HV]
+    fp32; h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST); dh [NT, HV, K, V] fp32; v_new, do [TT, HV, V];
+    dvb [TT, HV, V], dAqk, dL [TT, HV, BT] fp32 from `_kda_wy_bwd_kernel`. With S = h[c], dS = dh[c],
+    qn = scale rstd_q q, kn = rstd_k k, kbn = beta kn, and the sums over j <= i of the chunk
+        Rq_i = sum_j dAqk_ij kn_j 2^(G_i - G_j),  RL_i = sum_j dL_ij kn_j 2^(G_i - G_j),
+        C_j  = sum_i (dAqk_ij qn_i + dL_ij kbn_i) 2^(G_i - G_j),
+    dqn = (do S^T) 2^G + Rq,  dkn = X beta 2^G + (v_new dS^T) 2^(G_last - G) + beta RL + C  (X = -dvb S^T), and dG
+    from the same terms; dg = reverse cumsum of dG through the gate activation. The sums use the forward's anchored
+    factorisation (anchor = first row of each block); a block whose gate range exceeds RANGE_MAX is summed exactly.
+    Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), dg [TT, HV, K] in g's dtype,
+    dbeta_k [NK, TT, HV] fp32 (the beta gradient through w and L, before the sigmoid), per-chunk partials
+    dA_log_part [NK, NT, HV] and ddt_bias_part [NT, HV, K] fp32.
+    """
+    i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_h = i_hv // (HV // H)
+    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
+    t0 = i_c * BT
+    n_valid = tl.minimum(T - t0, BT)
+    NC: tl.constexpr = BT // BC
+    o_t = tl.arange(0, BT)
+    m_t = o_t < n_valid
+    o_k = i_k * BK + tl.arange(0, BK)
+    m_k = o_k < K
+    p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
     p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
+
+    # whole-chunk tiles of this K slice (the intra-chunk sums need every row)
+    p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    b_rk = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)
+    b_b = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
+    b_qn = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
+    b_qn *= (tl.load(rstd_q + p_row_hv, mask=m_t, other=0.0) * scale)[:, None]
+    b_kn = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rk[:, None]
+    b_kbn = b_kn * b_b[:, None]
+    b_G = tl.load(p_G, boundary_check=(0, 1))
+    b_Gl = tl.load(gcum + ((bos + t0 + n_valid - 1) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
+    b_kg = tl.where(m_t[:, None], b_kn * tl.exp2(b_Gl[None, :] - b_G), 0.0)
+
+    # gradient of G_last through the state decay and kg: 2^G_last rowsum(S dS) + colsum((v_new dS^T) kg)
+    b_dGl = tl.zeros((BK,), dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_kv = m_k[:, None] & (o_v < V)[None, :]
@@ -333,127 +388,243 @@ def _kda_intra_bwd_kernel(
             off_h = o_k[:, None] * V + o_v[None, :]
         b_S = tl.load(h + p_state + off_h, mask=m_kv, other=0.0)
         b_dS = tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
-        p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        p_dvn = tl.make_block_ptr(dv_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV),
-                                  (1, 0))
-        p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        p_dv = tl.make_block_ptr(dv + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        b_do = tl.load(p_do, boundary_check=(0, 1)).to(tl.float32)
-        b_vn = tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32)
-        b_dvn = tl.load(p_dvn, boundary_check=(0, 1))
-        b_v = tl.load(p_v, boundary_check=(0, 1)).to(tl.float32)
-        b_dqg += _mm(b_do, tl.trans(b_S), IS_BF16, PREC)
-        b_dAqk += _mm(b_do, tl.trans(b_vn), IS_BF16, PREC)
-        b_dkg += _mm(b_vn, tl.trans(b_dS), IS_BF16, PREC)
-        b_dw -= _mm(b_dvn, tl.trans(b_S), IS_BF16, PREC)
-        b_dGl += tl.sum(b_S * b_dS, axis=1)
-        b_dA += _mm(b_dvn, tl.trans(b_v * b_b[:, None]), IS_BF16, PREC)
-        b_dvb = _mm(tl.trans(b_A), b_dvn, IS_BF16, PREC)
-        tl.store(p_dv, (b_dvb * b_b[:, None]).to(p_dv.dtype.element_ty), boundary_check=(0, 1))
-        b_db += tl.sum(b_dvb * b_v, axis=1)
+        b_dkg = tl.dot(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32), tl.trans(b_dS), input_precision=PREC)
+        b_dGl += tl.sum(b_S * b_dS, axis=1) * tl.exp2(b_Gl) + tl.sum(b_dkg * b_kg, axis=0)
 
-    # ---- w = Akk (beta kn e^G), Akk = (I + L)^-1, qg, kg, the state decay --------------------------------------
-    b_dA += _mm(b_dw, tl.trans(b_kb), IS_BF16, PREC)
-    b_X = _mm(tl.trans(b_A), b_dw, IS_BF16, PREC)
-    b_db += tl.sum(b_X * b_kn * b_eG, axis=1)
-    b_dkn = b_X * b_b[:, None] * b_eG + b_dkg * b_eGl
-    b_dqn = b_dqg * b_eG
-    b_dG = b_X * b_kb + b_dqg * b_qg - b_dkg * b_kg
-    b_dGl = b_dGl * tl.exp2(b_Gl) + tl.sum(b_dkg * b_kg, axis=0)
-    m_tt = m_t[:, None] & m_t[None, :]
-    b_dL = -_mm(_mm(tl.trans(b_A), b_dA, IS_BF16, PREC), tl.trans(b_A), IS_BF16, PREC)
-    b_dL = tl.where(m_tt & (o_t[None, :] < o_t[:, None]), b_dL, 0.0)
-    b_dAqk = tl.where(m_tt & (o_t[None, :] <= o_t[:, None]), b_dAqk, 0.0)
-
-    # ---- Aqk and L: R_i = sum_j D_ij kn_j e^(G_i - G_j), C_j = sum_i D_ij x_i e^(G_i - G_j), exact per column ----
-    b_Rq = tl.zeros((BT, BK), dtype=tl.float32)
-    b_RL = tl.zeros((BT, BK), dtype=tl.float32)
-    b_C = tl.zeros((BT, BK), dtype=tl.float32)
-    for j in range(BT):
-        sel_r = (o_t == j)[:, None]
-        sel_c = (o_t == j)[None, :]
-        b_Gj = tl.sum(tl.where(sel_r, b_G, 0.0), axis=0)
-        b_knj = tl.sum(tl.where(sel_r, b_kn, 0.0), axis=0)
-        b_E = tl.where((o_t >= j)[:, None], tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
-        b_dq_j = tl.sum(tl.where(sel_c, b_dAqk, 0.0), axis=1)
-        b_dl_j = tl.sum(tl.where(sel_c, b_dL, 0.0), axis=1)
-        b_Rq += b_dq_j[:, None] * b_knj[None, :] * b_E
-        b_RL += b_dl_j[:, None] * b_knj[None, :] * b_E
-        b_cj = tl.sum((b_dq_j[:, None] * b_qn + b_dl_j[:, None] * b_kbn) * b_E, axis=0)
-        b_C += tl.where(sel_r, b_cj[None, :], 0.0)
-    b_dqn += b_Rq
-    b_dkn += b_RL * b_b[:, None] + b_C
-    b_db += tl.sum(b_kn * b_RL, axis=1)
-    b_dG += b_qn * b_Rq + b_kbn * b_RL - b_kn * b_C
-    b_dG += tl.where((o_t == n_valid - 1)[:, None], b_dGl[None, :], 0.0)
-
-    # ---- the chunk cumsum (reverse cumsum of dG) and the gate activation ----------------------------------------
-    b_dg = tl.cumsum(tl.where(m_tk, b_dG, 0.0), axis=0, reverse=True)
     if GATE > 0:
-        p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-        b_x = tl.load(p_g, boundary_check=(0, 1)).to(tl.float32)
-        if HAS_DT_BIAS:
-            b_x += tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
         if HAS_A_LOG:
             a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
         else:
             a = 1.0
-        b_dg, b_da = kda_gate_act_bwd(b_x, a, lower_bound, b_dg, GATE)
-        if HAS_A_LOG:
-            tl.store(dA_log_rows + p_row_hv, tl.sum(tl.where(m_tk, b_da, 0.0), axis=1) * a, mask=m_t)
-    p_dg = tl.make_block_ptr(dg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-    tl.store(p_dg, b_dg, boundary_check=(0, 1))
+    b_dal = tl.zeros((BC,), dtype=tl.float32)
+    b_ddt = tl.zeros((BK,), dtype=tl.float32)
+    b_carry = tl.zeros((BK,), dtype=tl.float32)
+    o_c = tl.arange(0, BC)
+    for rr in range(NC):
+        r = NC - 1 - rr
+        s0 = t0 + r * BC
+        o_r = r * BC + o_c
+        m_r = o_r < n_valid
+        m_rk = m_r[:, None] & m_k[None, :]
+        p_rows = (bos + s0 + o_c).to(tl.int64) * HV + i_hv
+        b_rq_r = tl.load(rstd_q + p_rows, mask=m_r, other=0.0)
+        b_rk_r = tl.load(rstd_k + p_rows, mask=m_r, other=0.0)
+        b_b_r = tl.load(beta_act + p_rows, mask=m_r, other=0.0)
+        p_qr = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+        p_kr = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+        p_Gr = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK),
+                                 (1, 0))
+        b_qn_r = tl.load(p_qr, boundary_check=(0, 1)).to(tl.float32) * (b_rq_r * scale)[:, None]
+        b_kn_r = tl.load(p_kr, boundary_check=(0, 1)).to(tl.float32) * b_rk_r[:, None]
+        b_kbn_r = b_kn_r * b_b_r[:, None]
+        b_G_r = tl.load(p_Gr, boundary_check=(0, 1))
+        b_eG_r = tl.exp2(b_G_r)
+        b_eGl_r = tl.where(m_r[:, None], tl.exp2(b_Gl[None, :] - b_G_r), 0.0)
 
-    # ---- l2 norms (y = x r, r = (|x|^2 + eps)^-1/2: dx = r (dy - y (y . dy))) and beta --------------------------
-    b_dq = b_dqn * scale
-    b_dk = b_dkn
+        # this block's rows of do S^T, v_new dS^T and X = Akk^T dw = -dvb S^T
+        b_dqg = tl.zeros((BC, BK), dtype=tl.float32)
+        b_dkg = tl.zeros((BC, BK), dtype=tl.float32)
+        b_X = tl.zeros((BC, BK), dtype=tl.float32)
+        for i_v in range(tl.cdiv(V, BV)):
+            o_v = i_v * BV + tl.arange(0, BV)
+            m_kv = m_k[:, None] & (o_v < V)[None, :]
+            if V_FIRST:
+                off_h = o_v[None, :] * K + o_k[:, None]
+            else:
+                off_h = o_k[:, None] * V + o_v[None, :]
+            b_St = tl.trans(tl.load(h + p_state + off_h, mask=m_kv, other=0.0))
+            b_dSt = tl.trans(tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0))
+            p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV),
+                                     (1, 0))
+            p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV),
+                                     (1, 0))
+            p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV),
+                                      (1, 0))
+            b_dqg += tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_St, input_precision=PREC)
+            b_dkg += tl.dot(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32), b_dSt, input_precision=PREC)
+            b_X -= tl.dot(tl.load(p_dvb, boundary_check=(0, 1)), b_St, input_precision=PREC)
+
+        # the intra-chunk sums for rows (Rq, RL) and columns (C) of this block
+        p_dAr = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, 0), (BC, BT), (1, 0))
+        p_dLr = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, 0), (BC, BT), (1, 0))
+        p_dAc = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, r * BC), (BT, BC),
+                                  (1, 0))
+        p_dLc = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, r * BC), (BT, BC), (1, 0))
+        b_dAr = tl.load(p_dAr, boundary_check=(0, 1))
+        b_dLr = tl.load(p_dLr, boundary_check=(0, 1))
+        b_dAc = tl.load(p_dAc, boundary_check=(0, 1))
+        b_dLc = tl.load(p_dLc, boundary_check=(0, 1))
+        b_Ga = tl.load(gcum + ((bos + s0) * HV + i_hv) * K + o_k, mask=m_k & (r * BC < n_valid), other=0.0)
+        if tl.max(tl.max(tl.where(m_rk, b_Ga[None, :] - b_G_r, 0.0), axis=1), axis=0) > RANGE_MAX:
+            b_Rq, b_RL, b_C = _intra_sums_exact(b_dAr, b_dLr, b_dAc, b_dLc, b_qn, b_kn, b_kbn, b_G, b_G_r, r, BT, BC)
+        else:
+            # 2^(G_i - G_j) = 2^(G_i - Ga) 2^(Ga - G_j): the first factor <= 1 for rows i >= anchor, the second
+            # <= 1 for columns before the block and <= 2^RANGE_MAX inside it
+            b_kc = tl.where((o_t < (r + 1) * BC)[:, None],
+                            b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)), 0.0)
+            b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
+            b_Rq = tl.dot(b_dAr, b_kc, input_precision=PREC) * b_eA
+            b_RL = tl.dot(b_dLr, b_kc, input_precision=PREC) * b_eA
+            b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
+            b_C = tl.dot(tl.trans(b_dAc), b_qn * b_f, input_precision=PREC)
+            b_C += tl.dot(tl.trans(b_dLc), b_kbn * b_f, input_precision=PREC)
+            b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
+
+        b_dqn = b_dqg * b_eG_r + b_Rq
+        b_dkn = b_X * b_b_r[:, None] * b_eG_r + b_dkg * b_eGl_r + b_RL * b_b_r[:, None] + b_C
+        b_dG = (b_X * b_kbn_r * b_eG_r + b_dqg * b_qn_r * b_eG_r - b_dkg * b_kn_r * b_eGl_r
+                + b_qn_r * b_Rq + b_kbn_r * b_RL - b_kn_r * b_C)
+        b_dG = tl.where(m_rk, b_dG + tl.where((o_r == n_valid - 1)[:, None], b_dGl[None, :], 0.0), 0.0)
+        p_dbk = (i_k * TT + bos + s0 + o_c).to(tl.int64) * HV + i_hv
+        tl.store(dbeta_k + p_dbk, tl.sum(b_X * b_kn_r * b_eG_r + b_kn_r * b_RL, axis=1), mask=m_r)
+
+        # the chunk cumsum in reverse (carry = sum of dG over the later blocks) and the gate activation
+        b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + b_carry[None, :]
+        b_carry += tl.sum(b_dG, axis=0)
+        if GATE > 0:
+            p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+            b_x = tl.load(p_g, boundary_check=(0, 1)).to(tl.float32)
+            if HAS_DT_BIAS:
+                b_x += tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
+            b_dg, b_da = kda_gate_act_bwd(b_x, a, lower_bound, b_dg, GATE)
+            b_dg = tl.where(m_rk, b_dg, 0.0)
+            b_dal += tl.sum(tl.where(m_rk, b_da, 0.0), axis=1)
+            b_ddt += tl.sum(b_dg, axis=0)
+        p_dg = tl.make_block_ptr(dg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+        p_dq = tl.make_block_ptr(dq + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+        p_dk = tl.make_block_ptr(dk + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+        tl.store(p_dg, b_dg.to(p_dg.dtype.element_ty), boundary_check=(0, 1))
+        tl.store(p_dq, b_dqn * scale, boundary_check=(0, 1))
+        tl.store(p_dk, b_dkn, boundary_check=(0, 1))
+    if HAS_A_LOG:
+        tl.store(dA_log_part + (i_k * NT + i_t) * HV + i_hv, tl.sum(b_dal, axis=0) * a)
+    if HAS_DT_BIAS:
+        tl.store(ddt_bias_part + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_ddt, mask=m_k)
+
+
+@triton.jit
+def _intra_sums_exact(b_dAr, b_dLr, b_dAc, b_dLc, b_qn, b_kn, b_kbn, b_G, b_G_r, r, BT: tl.constexpr,
+                      BC: tl.constexpr):
+    """The intra-chunk sums of `_kda_intra_bwd_kernel` for block r, exact for any gate range (column by column):
+    rows Rq, RL [BC, BK] from the block's rows of dAqk / dL (b_dAr, b_dLr [BC, BT]); columns C [BC, BK] from their
+    columns (b_dAc, b_dLc [BT, BC]); b_qn, b_kn, b_kbn, b_G [BT, BK] whole chunk, b_G_r [BC, BK] the block's rows."""
+    o_t = tl.arange(0, BT)
+    o_c = tl.arange(0, BC)
+    o_r = r * BC + o_c
+    b_Rq = tl.zeros(b_G_r.shape, dtype=tl.float32)
+    b_RL = tl.zeros(b_G_r.shape, dtype=tl.float32)
+    for j in range((r + 1) * BC):
+        sel = (o_t == j)[:, None]
+        b_Gj = tl.sum(tl.where(sel, b_G, 0.0), axis=0)
+        b_knj = tl.sum(tl.where(sel, b_kn, 0.0), axis=0)
+        b_E = tl.where((o_r >= j)[:, None], tl.exp2(tl.minimum(b_G_r - b_Gj[None, :], 0.0)), 0.0)
+        b_Rq += tl.sum(tl.where((o_t == j)[None, :], b_dAr, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
+        b_RL += tl.sum(tl.where((o_t == j)[None, :], b_dLr, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
+    b_C = tl.zeros(b_G_r.shape, dtype=tl.float32)
+    for jj in range(BC):
+        sel = (o_c == jj)[:, None]
+        b_Gj = tl.sum(tl.where(sel, b_G_r, 0.0), axis=0)
+        b_E = tl.where((o_t >= r * BC + jj)[:, None], tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
+        b_a = tl.sum(tl.where((o_c == jj)[None, :], b_dAc, 0.0), axis=1)
+        b_l = tl.sum(tl.where((o_c == jj)[None, :], b_dLc, 0.0), axis=1)
+        b_cj = tl.sum((b_a[:, None] * b_qn + b_l[:, None] * b_kbn) * b_E, axis=0)
+        b_C += tl.where(sel, b_cj[None, :], 0.0)
+    return b_Rq, b_RL, b_C
+
+
+@triton.jit
+def _kda_qk_bwd_kernel(x, dx_part, dx, TT, H: tl.constexpr, G: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                       BK: tl.constexpr, USE_L2NORM: tl.constexpr):
+    """x: [TT, H, K] (q or k as passed), dx_part: [TT, H * G, K] fp32 per-v-head gradients w.r.t. the normalised x;
+    writes dx [TT, H, K] in x's dtype:  d = sum_g dx_part,  dx = r (d - xh (xh . d)),  xh = r x,
+    r = (|x|^2 + 1e-6)^-1/2 (dx = d without the in-kernel l2norm)."""
+    i_t, i_h = tl.program_id(0), tl.program_id(1)
+    o_t = (i_t * BT + tl.arange(0, BT)).to(tl.int64)
+    o_k = tl.arange(0, BK)
+    m = (o_t < TT)[:, None] & (o_k < K)[None, :]
+    b_d = tl.zeros((BT, BK), dtype=tl.float32)
+    for i_g in range(G):
+        b_d += tl.load(dx_part + (o_t[:, None] * (H * G) + i_h * G + i_g) * K + o_k[None, :], mask=m, other=0.0)
+    p_x = (o_t[:, None] * H + i_h) * K + o_k[None, :]
     if USE_L2NORM:
-        b_qh = b_q * b_rq[:, None]
-        b_kh = b_kn
-        b_dq = b_rq[:, None] * (b_dq - b_qh * tl.sum(b_qh * b_dq, axis=1)[:, None])
-        b_dk = b_rk[:, None] * (b_dk - b_kh * tl.sum(b_kh * b_dk, axis=1)[:, None])
-    p_dq = tl.make_block_ptr(dq + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-    p_dk = tl.make_block_ptr(dk + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-    tl.store(p_dq, b_dq, boundary_check=(0, 1))
-    tl.store(p_dk, b_dk, boundary_check=(0, 1))
-    if BETA_SIGMOID:
-        b_db = b_db * b_b * (1.0 - b_b / BETA_SCALE)
-    tl.store(dbeta + p_row_hv, b_db, mask=m_t)
+        b_x = tl.load(x + p_x, mask=m, other=0.0).to(tl.float32)
+        b_r = 1.0 / tl.sqrt(tl.sum(b_x * b_x, axis=1) + 1e-6)
+        b_xh = b_x * b_r[:, None]
+        b_d = b_r[:, None] * (b_d - b_xh * tl.sum(b_xh * b_d, axis=1)[:, None])
+    tl.store(dx + p_x, b_d.to(dx.dtype.element_ty), mask=m)
+
+
+class WYBwdOut(NamedTuple):
+    dv: torch.Tensor        # [TT, HV, V] in v's dtype
+    dvb: torch.Tensor       # [TT, HV, V] fp32, Akk^T dv_new
+    dAqk: torch.Tensor      # [TT, HV, BT] fp32
+    dL: torch.Tensor        # [TT, HV, BT] fp32
+    dbeta: torch.Tensor     # [TT, HV] fp32, the beta gradient through u (before the sigmoid)
+
+
+def wy_bwd(k, v, gcum, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int, *, state_v_first: bool,
+           prec: str) -> WYBwdOut:
+    """Launch `_kda_wy_bwd_kernel` on the (NT, HV) grid; shapes as in its docstring (contiguous, flattened)."""
+    TT, H, K = k.shape
+    HV, V = v.shape[1], v.shape[2]
+    cfg = wy_bwd_config(arch_of(k.device), K, V)
+    f32 = dict(device=k.device, dtype=torch.float32)
+    out = WYBwdOut(dv=torch.empty_like(v), dvb=torch.empty(TT, HV, V, **f32), dAqk=torch.empty(TT, HV, BT, **f32),
+                   dL=torch.empty(TT, HV, BT, **f32), dbeta=torch.empty(TT, HV, **f32))
+    _kda_wy_bwd_kernel[(plan.NT, HV)](
+        k, v, gcum, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens, plan.chunk_indices,
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, PREC=prec,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return out
 
 
 class IntraBwdOut(NamedTuple):
-    dq: torch.Tensor            # [TT, HV, K] fp32, per v-head partials
-    dk: torch.Tensor            # [TT, HV, K] fp32, per v-head partials
-    dv: torch.Tensor            # [TT, HV, V] in v's dtype
-    dg: torch.Tensor            # [TT, HV, K] fp32, w.r.t. the raw gate input
-    dbeta: torch.Tensor         # [TT, HV] fp32, w.r.t. the raw beta
-    dA_log_rows: torch.Tensor   # [TT, HV] fp32 per-token partials of dA_log (unwritten without A_log)
+    dq: torch.Tensor                    # [TT, HV, K] fp32, per v-head partials w.r.t. the normalised q
+    dk: torch.Tensor                    # [TT, HV, K] fp32, per v-head partials w.r.t. the normalised k
+    dg: torch.Tensor                    # [TT, HV, K] in g's dtype, w.r.t. the raw gate input
+    dbeta: torch.Tensor                 # [NK, TT, HV] fp32, per-K-slice beta gradient through w and L
+    dA_log_part: torch.Tensor | None    # [NK, NT, HV] fp32 partials of dA_log (with A_log in the gate)
+    ddt_bias_part: torch.Tensor | None  # [NT, HV, K] fp32 per-chunk partials of ddt_bias (with dt_bias)
 
 
-def intra_bwd(q, k, v, g, beta, A_log, dt_bias, gcum, rstd_q, rstd_k, beta_act, Akk, h, dh, v_new, dv_new, do,
-              scale: float, plan, BT: int, *, use_qk_l2norm_in_kernel: bool, gate: int, lower_bound: float | None,
-              use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool, state_v_first: bool,
+def intra_bwd(q, k, g, A_log, dt_bias, gcum, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
+              scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
               prec: str) -> IntraBwdOut:
-    """Launch `_kda_intra_bwd_kernel` on the (NT, HV) grid; shapes as in its docstring (all contiguous, flattened
-    to TT tokens); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; plan: ChunkPlan."""
+    """Launch `_kda_intra_bwd_kernel` on the (NT, HV, NK) grid; shapes as in its docstring (contiguous, flattened
+    to TT tokens); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; wy: `wy_bwd`'s outputs."""
     TT, H, K = q.shape
-    HV, V = v.shape[1], v.shape[2]
-    dev = q.device
-    cfg = intra_config(arch_of(dev), K, V)
-    f32 = dict(device=dev, dtype=torch.float32)
+    HV, V = g.shape[1], v_new.shape[2]
+    cfg = intra_bwd_config(arch_of(q.device), K, V)
+    NK = triton.cdiv(K, cfg.BK)
+    f32 = dict(device=q.device, dtype=torch.float32)
+    has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
     out = IntraBwdOut(
-        dq=torch.empty(TT, HV, K, **f32), dk=torch.empty(TT, HV, K, **f32), dv=torch.empty_like(v),
-        dg=torch.empty(TT, HV, K, **f32), dbeta=torch.empty(TT, HV, **f32), dA_log_rows=torch.empty(TT, HV, **f32),
+        dq=torch.empty(TT, HV, K, **f32), dk=torch.empty(TT, HV, K, **f32), dg=torch.empty_like(g),
+        dbeta=torch.empty(NK, TT, HV, **f32),
+        dA_log_part=torch.empty(NK, plan.NT, HV, **f32) if has_a_log else None,
+        ddt_bias_part=torch.empty(plan.NT, HV, K, **f32) if has_dt_bias else None,
     )
-    _kda_intra_bwd_kernel[(plan.NT, HV)](
-        q, k, v, g, beta, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
-        gcum, rstd_q, rstd_k, beta_act, Akk, h, dh, v_new, dv_new, do, *out,
-        plan.cu_seqlens, plan.chunk_indices, scale, lower_bound if lower_bound is not None else 0.0,
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=_kpad(K), BV=cfg.BV,
-        USE_L2NORM=use_qk_l2norm_in_kernel, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
-        HAS_DT_BIAS=gate > 0 and dt_bias is not None, BETA_SIGMOID=use_beta_sigmoid_in_kernel,
-        BETA_SCALE=2.0 if allow_neg_eigval else 1.0, V_FIRST=state_v_first, IS_BF16=q.dtype == torch.bfloat16,
-        PREC=prec, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    _kda_intra_bwd_kernel[(plan.NT, HV, NK)](
+        q, k, g, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
+        gcum, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL,
+        *(x if x is not None else out.dq for x in out),
+        plan.cu_seqlens, plan.chunk_indices, scale, lower_bound if lower_bound is not None else 0.0, TT, plan.NT,
+        H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,
+        GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias, V_FIRST=state_v_first, PREC=prec,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
+
+
+def qk_bwd(x: torch.Tensor, dx_part: torch.Tensor, *, use_qk_l2norm_in_kernel: bool) -> torch.Tensor:
+    """Sum the per-v-head partials dx_part [TT, HV, K] fp32 over each GVA group and take them back through the
+    in-kernel l2norm; returns dx [TT, H, K] in x's dtype (x: [TT, H, K], contiguous)."""
+    TT, H, K = x.shape
+    dx = torch.empty_like(x)
+    BT = 32
+    _kda_qk_bwd_kernel[(triton.cdiv(TT, BT), H)](
+        x, dx_part, dx, TT, H=H, G=dx_part.shape[1] // H, K=K, BT=BT, BK=_kpad(K), USE_L2NORM=use_qk_l2norm_in_kernel,
+    )
+    return dx
