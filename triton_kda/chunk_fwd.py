@@ -11,6 +11,7 @@ from triton_kda.configs import arch_of, intra_config, state_config
 from triton_kda.gate import gate_mode
 from triton_kda.intra import _kda_intra_fwd_kernel
 from triton_kda.state import _kda_state_fwd_kernel
+from triton_kda.state_cp import cp_initial_states, plan_pieces
 
 
 class ChunkPlan(NamedTuple):
@@ -20,6 +21,7 @@ class ChunkPlan(NamedTuple):
     chunk_offsets: torch.Tensor  # [N + 1] int64, device: index of each sequence's first chunk
     N: int
     NT: int
+    lens: tuple                  # token count of each sequence (host ints; the intra-card CP planner reads them)
 
 
 @functools.lru_cache(maxsize=64)
@@ -35,7 +37,7 @@ def _varlen_plan(seqlens: tuple, BT: int, device: torch.device) -> ChunkPlan:
     offs[1:] = torch.cumsum(nts, 0)
     idx = torch.stack([seq, local], 1).to(torch.int32)
     return ChunkPlan(cu.to(device, non_blocking=True), idx.to(device, non_blocking=True),
-                     offs.to(device, non_blocking=True), len(seqlens), int(nts.sum()))
+                     offs.to(device, non_blocking=True), len(seqlens), int(nts.sum()), seqlens)
 
 
 def plan_chunks(B: int, T: int, BT: int, device: torch.device, seqlens_cpu: torch.Tensor | None) -> ChunkPlan:
@@ -51,6 +53,7 @@ def plan_chunks(B: int, T: int, BT: int, device: torch.device, seqlens_cpu: torc
         chunk_offsets=torch.arange(0, B * nt + 1, nt, device=device, dtype=torch.int64),
         N=B,
         NT=B * nt,
+        lens=(T,) * B,
     )
 
 
@@ -119,19 +122,28 @@ def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, 
     dev, dt = intra.w.device, intra.w.dtype
     cfg = state_config(arch_of(dev), K, V, intra.w.element_size())
     o = torch.empty(TT, HV, V, device=dev, dtype=dt)
-    shape = (plan.N, HV, V, K) if state_v_first else (plan.N, HV, K, V)
+    # intra-card CP: long sequences run as pieces, each from its start state (state_cp.py)
+    pieces = plan_pieces(plan.lens, BT, HV, K, V, intra.w.element_size(), dev)
+    runs, h0 = plan, initial_state
+    if pieces is not None:
+        h0 = cp_initial_states(intra.kg, intra.w, intra.u, intra.gl, initial_state, plan, pieces, BT,
+                               state_v_first=state_v_first, prec=_precision(dt))
+        runs = pieces
+    shape = (runs.N, HV, V, K) if state_v_first else (runs.N, HV, K, V)
     ht = torch.empty(shape, device=dev, dtype=torch.float32) if output_final_state else None
     h = torch.empty(plan.NT, HV, *shape[2:], device=dev, dtype=h_dtype) if store_h else None
     v_new = torch.empty(TT, HV, V, device=dev, dtype=dt) if store_v_new else None
-    grid = (triton.cdiv(V, cfg.BV), plan.N, HV)
+    grid = (triton.cdiv(V, cfg.BV), runs.N, HV)
     _kda_state_fwd_kernel[grid](
         intra.qg, intra.kg, intra.w, intra.u, intra.Aqk, intra.gl,
-        initial_state if initial_state is not None else o, o, ht if ht is not None else o,
+        h0 if h0 is not None else o, o, ht if ht is not None else o,
         h if h is not None else o, v_new if v_new is not None else o,
-        plan.cu_seqlens, plan.chunk_offsets,
+        runs.cu_seqlens, runs.chunk_offsets,
         HV=HV, K=K, V=V, BT=BT, BK=max(16, triton.next_power_of_2(K)), BV=cfg.BV,
-        HAS_H0=initial_state is not None, STORE_HT=output_final_state, STORE_H=store_h, STORE_VNEW=store_v_new,
+        HAS_H0=h0 is not None, STORE_HT=output_final_state, STORE_H=store_h, STORE_VNEW=store_v_new,
         V_FIRST=state_v_first, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
+    if pieces is not None and ht is not None:
+        ht = ht[pieces.last]
     return StateOut(o, ht, h, v_new)

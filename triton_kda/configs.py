@@ -33,6 +33,16 @@ def is_interpreter() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+@dataclass(frozen=True)
+class CPConfig:
+    BC: int            # columns of [M | E] per program of the intra-card CP map kernels
+    num_warps: int
+    num_stages: int
+    chain_BV: int      # V block per program of the CP chain kernels
+    chain_BKC: int     # rows of the state (columns of a map) per product of the chain kernels
+    chain_warps: int
+
+
 @functools.cache
 def device_arch(device_index: int) -> int:
     """Compute capability as 80, 86, 89, 90, 100, 120 (0 for the CPU interpreter)."""
@@ -40,6 +50,18 @@ def device_arch(device_index: int) -> int:
         return 0
     major, minor = torch.cuda.get_device_capability(device_index)
     return major * 10 + minor
+
+
+@functools.cache
+def _device_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of `device`, read once per device (1 for the CPU interpreter)."""
+    if device.type != "cuda" or is_interpreter():
+        return 1
+    return _device_sms(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def arch_of(device: torch.device) -> int:
@@ -86,6 +108,24 @@ def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
     # H100 bf16 K128 (docs/benchmarks/NOTES.md): 3 stages 0.35 ms, 2 stages 0.43 ms
     stages = 3 if elem_size == 2 and BK <= 128 else 2 if elem_size * BK <= 256 else 1
     return StateConfig(BV=min(BV, _kpad(V)), num_warps=4, num_stages=stages)
+
+
+def cp_config(arch: int, K: int, V: int, elem_size: int) -> CPConfig:
+    """Launch configuration of the intra-card CP kernels (state_cp.py); elem_size as in `state_config`. The map
+    kernels carry a [K, BC] fp32 block, like the serial kernel's [K, BV]; the chain kernels a [K, chain_BV] state and
+    [K, chain_BKC] slices of a map."""
+    BK = _kpad(K)
+    if arch == 0:
+        return CPConfig(BC=min(32, _kpad(max(K, V))), num_warps=4, num_stages=1, chain_BV=16, chain_BKC=16,
+                        chain_warps=4)
+    if elem_size == 2:
+        BC = 64 if BK <= 128 else 32
+    else:
+        BC = 32 if BK <= 128 else 16
+    # sm_90 ptxas, K = V = 128 bf16 BT 64: the map kernels spill 456-660 B at 4 warps, 0-12 B at 8; the chain kernels
+    # spill at 4 warps or with [256, 32] states, not at 8 warps with the blocks below
+    return CPConfig(BC=BC, num_warps=8, num_stages=1, chain_BV=32 if BK <= 128 else 16, chain_BKC=32,
+                    chain_warps=8)
 
 
 class CompileSpec(NamedTuple):
@@ -162,7 +202,41 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                           HAS_DT_BIAS=True, V_FIRST=False, PREC=prec)
                 specs.append(CompileSpec(f"intra_bwd K{K} V{V} BT{BT} {dname}", _kda_intra_bwd_kernel, sig, ce,
                                          bc.num_warps, bc.num_stages))
+                specs += _cp_specs(arch, K, V, BT, dname, ty, is_bf16, prec)
             sig = {"x": f"*{ty}", "dx_part": "*fp32", "dx": f"*{ty}", "TT": "i32"}
             ce = dict(H=4, G=2, K=K, BT=32, BK=_kpad(K), USE_L2NORM=True)
             specs.append(CompileSpec(f"qk_bwd K{K} {dname}", _kda_qk_bwd_kernel, sig, ce, 4, 1))
+    return specs
+
+
+def _cp_specs(arch: int, K: int, V: int, BT: int, dname: str, ty: str, is_bf16: bool, prec: str) -> list[CompileSpec]:
+    """The four intra-card CP kernels (state_cp.py) of one (K, V, BT, dtype); the chain kernels once, at BT 64."""
+    from triton_kda.state_cp import (
+        _kda_state_cp_bwd_chain_kernel,
+        _kda_state_cp_bwd_map_kernel,
+        _kda_state_cp_fwd_chain_kernel,
+        _kda_state_cp_fwd_map_kernel,
+    )
+
+    cc = cp_config(arch, K, V, 4 if dname == "fp32" else 2)
+    tables = {n: "*i64" for n in ("cu_seqlens", "chunk_offsets", "seq_pieces")}
+    tables.update({"piece_seq": "*i32", "map_pieces": "*i32"})
+    ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K), BC=cc.BC, NKB=triton.cdiv(K, cc.BC), V_FIRST=False,
+              IS_BF16=is_bf16, PREC=prec)
+    sig = {n: f"*{ty}" for n in ("kg", "w", "u")}
+    sig.update({n: "*fp32" for n in ("gl", "h0", "maps")}, **tables)
+    specs = [CompileSpec(f"cp_fwd_map K{K} V{V} BT{BT} {dname}", _kda_state_cp_fwd_map_kernel, sig,
+                         dict(ce, HAS_H0=True), cc.num_warps, cc.num_stages)]
+    sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "Aqk", "do")}
+    sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
+    sig.update({n: "*fp32" for n in ("gl", "dht", "maps")}, **tables)
+    specs.append(CompileSpec(f"cp_bwd_map K{K} V{V} BT{BT} {dname}", _kda_state_cp_bwd_map_kernel, sig,
+                             dict(ce, HAS_DHT=True), cc.num_warps, cc.num_stages))
+    if BT == 64:
+        ce = dict(HV=8, K=K, V=V, BK=_kpad(K), BV=cc.chain_BV, BKC=cc.chain_BKC, V_FIRST=False)
+        for name, fn, state in (("cp_fwd_chain", _kda_state_cp_fwd_chain_kernel, ("h0", "init", "HAS_H0")),
+                                ("cp_bwd_chain", _kda_state_cp_bwd_chain_kernel, ("dht", "dend", "HAS_DHT"))):
+            sig = {"maps": "*fp32", state[0]: "*fp32", state[1]: "*fp32", "seq_pieces": "*i64"}
+            specs.append(CompileSpec(f"{name} K{K} V{V} {dname}", fn, sig, dict(ce, **{state[2]: True}),
+                                     cc.chain_warps, 1))
     return specs

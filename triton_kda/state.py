@@ -13,6 +13,7 @@ import triton.language as tl
 
 from triton_kda.configs import _kpad, arch_of, state_config
 from triton_kda.intra import _finite_or_zero, _op
+from triton_kda.state_cp import cp_end_gradients, plan_pieces
 
 
 @triton.jit
@@ -135,13 +136,21 @@ def state_bwd(qg, kg, w, Aqk, gl, do, dht, plan, BT: int, V: int, *, want_dh0: b
     cfg = state_config(arch_of(dev), K, V, w.element_size())
     dh = torch.empty(plan.NT, HV, K, V, device=dev, dtype=torch.float32)
     dv_new = torch.empty(TT, HV, V, device=dev, dtype=torch.float32)
-    shape = (plan.N, HV, V, K) if state_v_first else (plan.N, HV, K, V)
+    # intra-card CP: long sequences run as pieces, each from the gradient of its end state (state_cp.py)
+    pieces = plan_pieces(plan.lens, BT, HV, K, V, w.element_size(), dev)
+    runs = plan
+    if pieces is not None:
+        dht = cp_end_gradients(qg, kg, w, Aqk, gl, do, dht, plan, pieces, BT, state_v_first=state_v_first, prec=prec)
+        runs = pieces
+    shape = (runs.N, HV, V, K) if state_v_first else (runs.N, HV, K, V)
     dh0 = torch.empty(shape, device=dev, dtype=torch.float32) if want_dh0 else None
-    _kda_state_bwd_kernel[(triton.cdiv(V, cfg.BV), plan.N, HV)](
+    _kda_state_bwd_kernel[(triton.cdiv(V, cfg.BV), runs.N, HV)](
         qg, kg, w, Aqk, gl, do, dht if dht is not None else dh, dh, dv_new, dh0 if dh0 is not None else dh,
-        plan.cu_seqlens, plan.chunk_offsets,
+        runs.cu_seqlens, runs.chunk_offsets,
         HV=HV, K=K, V=V, BT=BT, BK=_kpad(K), BV=cfg.BV, HAS_DHT=dht is not None, STORE_DH0=want_dh0,
         V_FIRST=state_v_first, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
+    if pieces is not None and dh0 is not None:
+        dh0 = dh0[pieces.first]
     return StateBwdOut(dh, dv_new, dh0)

@@ -1,0 +1,187 @@
+"""Intra-card CP (triton_kda/state_cp.py): the planner, and chunk_kda with pieces against the serial path and the
+fp64 oracle.
+
+The split is forced through the environment (TRITON_KDA_INTRACARD_CP=1 with a piece length of 1-4 chunks), so
+small interpreter shapes give many pieces. Gates are weak (a piece's map M must not decay to 0, or CP would only
+test the E part); o, the final state and every gradient must match the serial path within 1e-6 (relative RMSE,
+fp32) and the oracle within the fp32 tolerance of the other tests.
+"""
+import pytest
+import torch
+
+from reference.kda import kda_recurrent
+from tests.test_chunk_bwd import LEAVES, _cotangents, _inputs, _oracle_grads
+from tests.utils import DEVICE, assert_close, case_id
+from triton_kda import chunk_kda
+from triton_kda.state_cp import ENV_MODE, ENV_PIECE_CHUNKS, _piece_chunks, _piece_plan, plan_pieces
+
+CP_VS_SERIAL = 1e-6
+VS_ORACLE = 1e-5
+
+
+def _weaken_gates(d: dict) -> None:
+    """Per-token decays of about -0.01..-0.05, so a piece of a few chunks keeps a non-trivial map M."""
+    if d["use_gate_in_kernel"]:
+        d["A_log"].data.fill_(-3.0)
+    else:
+        d["g"].data.mul_(0.02)
+
+
+def _run(d: dict, chunk_size: int, do, dht, *, backward: bool) -> dict:
+    names = [n for n in LEAVES if n in d]
+    o, ht = chunk_kda(**d, chunk_size=chunk_size)
+    out = {"o": o.detach(), "final_state": ht.detach()}
+    if backward:
+        grads = torch.autograd.grad([o, ht], [d[n] for n in names], [do, dht])
+        out.update({f"d{n}": g for n, g in zip(names, grads, strict=True)})
+    return out
+
+
+def _serial_and_cp(monkeypatch, d, chunk_size, piece_chunks, *, backward: bool) -> tuple[dict, dict]:
+    do, dht = _cotangents(d, seed=0)
+    monkeypatch.setenv(ENV_MODE, "0")
+    serial = _run(d, chunk_size, do, dht, backward=backward)
+    monkeypatch.setenv(ENV_MODE, "1")
+    monkeypatch.setenv(ENV_PIECE_CHUNKS, str(piece_chunks))
+    cp = _run(d, chunk_size, do, dht, backward=backward)
+    return serial, cp
+
+
+def _case(piece_chunks, **params):
+    return dict(piece_chunks=piece_chunks, **params)
+
+
+STATE = dict(initial_state=True, output_final_state=True)
+GRAD_CASES = [
+    # varlen, long beside short: 300 tokens -> 10 pieces, 33 (one chunk plus one token) -> 2, 5 and 64 -> 1-2,
+    # an empty sequence; GVA, V-first states, in-kernel gate and beta sigmoid
+    _case(1, B=1, T=402, H=1, HV=2, K=16, V=16, seqlens=[300, 33, 5, 0, 64], chunk_size=32, use_gate_in_kernel=True,
+          use_beta_sigmoid_in_kernel=True, state_v_first=True, **STATE),
+    # fixed length, safe gate path, l2norm, chunk 64 with a partial last chunk
+    _case(1, B=2, T=161, H=1, HV=1, K=16, V=32, chunk_size=64, use_gate_in_kernel=True, lower_bound=-0.1,
+          use_qk_l2norm_in_kernel=True, **STATE),
+]
+FWD_CASES = [
+    _case(4, B=1, T=1023, H=1, HV=1, K=16, V=16, chunk_size=32, **STATE),
+    _case(4, B=1, T=1025, H=1, HV=1, K=16, V=16, chunk_size=32, **STATE),
+]
+
+
+def _ids(cases):
+    return [case_id(**{k: v for k, v in c.items() if k != "piece_chunks"}) + f"-pieces{c['piece_chunks']}chunks"
+            for c in cases]
+
+
+def _check(monkeypatch, params, *, backward: bool):
+    params = dict(params)
+    piece_chunks = params.pop("piece_chunks")
+    d, chunk_size, _ = _inputs(params, torch.float32)
+    _weaken_gates(d)
+    serial, cp = _serial_and_cp(monkeypatch, d, chunk_size, piece_chunks, backward=backward)
+    for name, ref in serial.items():
+        assert_close(f"{name} (CP vs serial)", cp[name], ref, CP_VS_SERIAL)
+    if backward:
+        do, dht = _cotangents(d, seed=0)
+        oracle = {f"d{n}": g for n, g in _oracle_grads(d, do, dht).items()}
+    else:
+        oracle = {}
+    ref = {n: (d[n].detach() if isinstance(d[n], torch.Tensor) and d[n].is_floating_point() else d[n]) for n in d}
+    oracle["o"], oracle["final_state"] = kda_recurrent(**ref)
+    for name, r in oracle.items():
+        assert_close(f"{name} (CP vs fp64 oracle)", cp[name], r, VS_ORACLE)
+
+
+@pytest.mark.parametrize("params", GRAD_CASES, ids=_ids(GRAD_CASES))
+def test_cp_grads_match_serial_and_oracle(monkeypatch, params):
+    _check(monkeypatch, params, backward=True)
+
+
+@pytest.mark.parametrize("params", FWD_CASES, ids=_ids(FWD_CASES))
+def test_cp_forward_irregular_lengths(monkeypatch, params):
+    _check(monkeypatch, params, backward=False)
+
+
+def test_cp_two_pieces_bit_identical(monkeypatch):
+    """The first piece's map starts from h0 and needs no M, and the second piece starts from that map's E: with two
+    pieces the CP path does the serial path's arithmetic, bit for bit."""
+    d, chunk_size, _ = _inputs(dict(B=1, T=100, H=1, HV=1, K=16, V=16, chunk_size=32, **STATE), torch.float32)
+    serial, cp = _serial_and_cp(monkeypatch, d, chunk_size, 2, backward=False)
+    for name in serial:
+        assert torch.equal(serial[name], cp[name]), name
+
+
+# planner: pure host code, H100-sized (132 SMs, 2 programs per SM), K = V = 128, bf16 launch blocks (BV = BC = 64)
+SLOTS = 264
+
+
+def _length(lens, BT, HV, mode="auto", forced=0):
+    return _piece_chunks(tuple((n + BT - 1) // BT for n in lens), HV, 2, 2, 2, SLOTS, mode, forced)
+
+
+def test_planner_splits_long_few_head_sequences():
+    L = _length([65536], 64, 8)
+    assert 16 <= L <= 128, L
+    assert 8 <= 1024 // L <= 64
+    assert _length([32768], 64, 16) > 0
+
+
+def test_planner_leaves_full_gpu_shapes_serial():
+    assert _length([2048] * 8, 64, 32) == 0
+    assert _length([1024], 64, 8) == 0  # 16 chunks: too short to pay for the maps
+
+
+def test_planner_varlen_splits_only_the_long_sequence():
+    lens = (131072,) + (1024,) * 16
+    L = _length(lens, 64, 8)
+    assert L >= 16, L  # the 16-chunk sequences stay whole
+    plan = _piece_plan(lens, 64, L, torch.device("cpu"))
+    long_pieces = int(plan.seq_pieces[1])
+    assert long_pieces == 2048 // L
+    assert plan.N == long_pieces + 16 and plan.NM == long_pieces - 1
+    assert torch.equal(plan.seq_pieces[1:] - plan.seq_pieces[:-1], torch.tensor([long_pieces] + [1] * 16))
+
+
+@pytest.mark.parametrize("lens", [(1023,), (1025,), (33, 0, 100, 5), (0,)], ids=lambda x: ",".join(map(str, x)))
+def test_piece_tables(lens):
+    """Pieces of L chunks (the remainder last), every sequence at least one piece, maps listed in order."""
+    BT, L = 32, 3
+    plan = _piece_plan(lens, BT, L, torch.device("cpu"))
+    cu, offs, seq, seq_pieces = [0], [0], [], [0]
+    for n, length in enumerate(lens):
+        nc = -(-length // BT)
+        pieces = max(1, -(-nc // L))
+        for j in range(pieces):
+            cu.append(cu[-1 - j] + min(length, (j + 1) * L * BT))
+            offs.append(offs[-1 - j] + min(nc, (j + 1) * L))
+            seq.append(n)
+        seq_pieces.append(seq_pieces[-1] + pieces)
+    assert plan.cu_seqlens.tolist() == cu and plan.chunk_offsets.tolist() == offs
+    assert plan.piece_seq.tolist() == seq and plan.seq_pieces.tolist() == seq_pieces
+    assert plan.first.tolist() == seq_pieces[:-1] and plan.last.tolist() == [p - 1 for p in seq_pieces[1:]]
+    assert plan.fwd_maps.tolist() == [p for p in range(plan.N) if p not in plan.last.tolist()]
+    assert plan.bwd_maps.tolist() == [p for p in range(plan.N) if p not in seq_pieces[:-1]]
+    assert plan.N == len(seq) and plan.NM == len(seq) - len(lens)
+
+
+def test_plans_cached_by_content(monkeypatch):
+    monkeypatch.setenv(ENV_MODE, "1")
+    monkeypatch.setenv(ENV_PIECE_CHUNKS, "2")
+    a = plan_pieces(tuple([300, 33]), 32, 2, 16, 16, 4, torch.device(DEVICE))
+    b = plan_pieces(tuple(torch.tensor([300, 33]).tolist()), 32, 2, 16, 16, 4, torch.device(DEVICE))
+    assert a is not None and a is b
+
+
+@pytest.mark.parametrize("name,value", [(ENV_MODE, "yes"), (ENV_PIECE_CHUNKS, "-2"), (ENV_PIECE_CHUNKS, "x")])
+def test_env_values_checked(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=name):
+        plan_pieces((4096,), 64, 1, 16, 16, 4, torch.device(DEVICE))
+
+
+def test_env_switch_off_and_on(monkeypatch):
+    monkeypatch.setenv(ENV_MODE, "0")
+    assert plan_pieces((1 << 20,), 64, 1, 128, 128, 2, torch.device(DEVICE)) is None
+    monkeypatch.setenv(ENV_MODE, "1")
+    plan = plan_pieces((1 << 20,), 64, 1, 128, 128, 2, torch.device(DEVICE))
+    assert plan is not None and plan.N > 1
+    assert plan_pieces((64,), 64, 1, 128, 128, 2, torch.device(DEVICE)) is None  # one chunk: nothing to split

@@ -1,0 +1,418 @@
+"""Intra-card context parallelism: the state recurrence of long sequences split into pieces run in parallel.
+
+A chunk's update is affine in the state, S <- A_c S + kg^T u with A_c = diag(2^G_last) - kg^T w, so a piece of
+chunks maps its start state to its end state as S_out = M S_in + E (KDA_SPEC.md). Forward:
+1. `_kda_state_cp_fwd_map_kernel`, parallel over (columns, pieces, v-heads): M's columns by the recurrence started
+   from the identity with u = 0, E by the recurrence started from 0 (from the initial state on a sequence's first
+   piece, which then needs no M);
+2. `_kda_state_cp_fwd_chain_kernel`, parallel over (V blocks, sequences, v-heads): S_start of every piece by
+   chaining the maps in fp32;
+3. the serial kernel (`state._kda_state_fwd_kernel`) over the pieces as if they were sequences, each from its
+   S_start: o, h, v_new and the per-piece end states come out as on the serial path.
+Backward, the same on the reverse recurrence dS <- A_c^T dS + (qg^T - w^T Aqk^T) do: per piece dS_start =
+M^T dS_end + F (`_kda_state_cp_bwd_map_kernel`, the last piece of a sequence starts from dht and needs no M^T),
+chained from the last piece back (`_kda_state_cp_bwd_chain_kernel`), then `state._kda_state_bwd_kernel` over the
+pieces from their dS_end.
+
+The planner (`plan_pieces`) decides per call whether and how finely to split, from the chunk counts, the number of
+programs the serial path would launch and the SM count; only sequences longer than one piece are split.
+Deterministic: no atomics, every sum in a fixed order.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from triton_kda.configs import _kpad, arch_of, cp_config, sm_count, state_config
+from triton_kda.intra import _finite_or_zero, _op
+
+ENV_MODE = "TRITON_KDA_INTRACARD_CP"
+ENV_PIECE_CHUNKS = "TRITON_KDA_INTRACARD_CP_CHUNKS"
+
+# planner cost model, in units of one chunk step of the serial kernel by one program (not tuned beyond one H100 run)
+_PIECE_CHUNKS = (8, 16, 32, 64, 128, 256, 512)   # candidate piece lengths, in chunks
+_PROGRAMS_PER_SM = 2    # state programs resident per SM that still speed each other up (latency-bound loop)
+_MAP_STEP = 2 / 3       # a map step does two of the serial step's three products
+_CHAIN_STEP = 1.0       # one [K, K] x [K, BV] fp32 product per piece, plus loading M
+_EXTRA_LAUNCHES = 4.0   # the map and chain launches
+_MIN_GAIN = 1.25        # split only where the model predicts at least this speed-up
+
+
+class PiecePlan(NamedTuple):
+    """Pieces: runs of whole chunks of one sequence, laid out like `ChunkPlan`'s sequences (P pieces, N sequences,
+    every sequence at least one piece, empty sequences one empty piece)."""
+    cu_seqlens: torch.Tensor     # [P + 1] int64: token boundaries of the pieces
+    chunk_offsets: torch.Tensor  # [P + 1] int64: global index of each piece's first chunk
+    piece_seq: torch.Tensor      # [P] int32: sequence of each piece
+    seq_pieces: torch.Tensor     # [N + 1] int64: first piece of each sequence
+    fwd_maps: torch.Tensor       # [P - N] int32: pieces followed by another piece (map j of piece p: j = p - n)
+    bwd_maps: torch.Tensor       # [P - N] int32: pieces after another piece (map j of piece p: j = p - n - 1)
+    first: torch.Tensor          # [N] int64: first piece of each sequence
+    last: torch.Tensor           # [N] int64: last piece of each sequence
+    N: int                       # P, the number of pieces (the state kernels run them as sequences)
+    NM: int                      # P - N, the number of piece maps
+
+
+def _cost_serial(nc: torch.Tensor, programs_per_chunk: int, slots: int) -> float:
+    return max(float(nc.max()), float(nc.sum()) * programs_per_chunk / slots)
+
+
+def _cost_cp(nc: torch.Tensor, L: int, HV: int, nvb: int, nkb: int, neb: int, slots: int) -> float:
+    pieces = torch.clamp((nc + L - 1) // L, min=1)
+    split = int((pieces > 1).sum())
+    maps = int(pieces.sum()) - len(nc)
+    map_programs = HV * (maps * neb + (maps - split) * nkb)
+    t_map = max(L, map_programs * L / slots) * _MAP_STEP
+    t_main = max(float(torch.clamp(nc, max=L).max()), float(nc.sum()) * HV * nvb / slots)
+    return t_map + int(pieces.max()) * _CHAIN_STEP + t_main + _EXTRA_LAUNCHES
+
+
+@functools.lru_cache(maxsize=256)
+def _piece_chunks(nchunks: tuple, HV: int, nvb: int, nkb: int, neb: int, slots: int, mode: str,
+                  forced: int) -> int:
+    """Piece length in chunks, or 0 for no split. nchunks: chunk count of each sequence; nvb: V blocks of the serial
+    kernel; nkb / neb: column blocks of M / E in the map kernels; slots: SMs x resident programs."""
+    nc = torch.tensor(nchunks, dtype=torch.int64)
+    if mode == "0" or len(nc) == 0 or int(nc.max()) < 2:
+        return 0
+    longest = int(nc.max())
+    if forced:
+        lengths = (forced,) if forced < longest else ()
+    else:
+        lengths = tuple(L for L in _PIECE_CHUNKS if L < longest) or (max(1, longest // 2),)
+    if not lengths:
+        return 0
+    best = min(lengths, key=lambda L: _cost_cp(nc, L, HV, nvb, nkb, neb, slots))
+    if mode == "1":
+        return best
+    gain = _cost_serial(nc, HV * nvb, slots) / _cost_cp(nc, best, HV, nvb, nkb, neb, slots)
+    return best if gain >= _MIN_GAIN else 0
+
+
+@functools.lru_cache(maxsize=64)
+def _piece_plan(lens: tuple, BT: int, L: int, device: torch.device) -> PiecePlan:
+    """Tables of the pieces of L chunks (the last piece of a sequence takes the remainder); cached by content."""
+    seq_len = torch.tensor(lens, dtype=torch.int64)
+    nc = (seq_len + BT - 1) // BT
+    pieces = torch.clamp((nc + L - 1) // L, min=1)
+    N, P = len(lens), int(pieces.sum())
+    seq = torch.repeat_interleave(torch.arange(N), pieces)
+    seq_pieces = torch.zeros(N + 1, dtype=torch.int64)
+    seq_pieces[1:] = torch.cumsum(pieces, 0)
+    local = torch.arange(P) - seq_pieces[seq]
+    seq_bos = torch.cumsum(seq_len, 0) - seq_len
+    seq_chunk = torch.cumsum(nc, 0) - nc
+    cu = torch.empty(P + 1, dtype=torch.int64)
+    cu[:-1] = seq_bos[seq] + torch.minimum(local * L * BT, seq_len[seq])
+    cu[-1] = int(seq_len.sum())
+    offs = torch.empty(P + 1, dtype=torch.int64)
+    offs[:-1] = seq_chunk[seq] + torch.minimum(local * L, nc[seq])
+    offs[-1] = int(nc.sum())
+    first, last = seq_pieces[:-1], seq_pieces[1:] - 1
+    is_first = torch.zeros(P, dtype=torch.bool)
+    is_first[first] = True
+    is_last = torch.zeros(P, dtype=torch.bool)
+    is_last[last] = True
+    ar = torch.arange(P, dtype=torch.int32)
+
+    def dev(x: torch.Tensor) -> torch.Tensor:
+        return x.to(device, non_blocking=True)
+
+    return PiecePlan(dev(cu), dev(offs), dev(seq.to(torch.int32)), dev(seq_pieces), dev(ar[~is_last]),
+                     dev(ar[~is_first]), dev(first), dev(last), P, P - N)
+
+
+def plan_pieces(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int,
+                device: torch.device) -> PiecePlan | None:
+    """Piece plan for one call, or None where the serial path runs (no sequence split).
+
+    lens: token count of each sequence (host ints); elem_size: bytes per element of the intermediates (2 or 4), which
+    picks the launch blocks the cost model counts. `TRITON_KDA_INTRACARD_CP`
+    = `auto` (default: split where the cost model predicts a gain), `0` (never), `1` (always, wherever a sequence is
+    longer than one piece); `TRITON_KDA_INTRACARD_CP_CHUNKS` = n fixes the piece length to n chunks. Never syncs
+    with the device (the SM count is read once per device)."""
+    mode = os.environ.get(ENV_MODE, "auto").strip().lower()
+    if mode not in ("auto", "0", "1"):
+        raise ValueError(f"{ENV_MODE} must be auto, 0 or 1, got {mode!r}")
+    forced_env = os.environ.get(ENV_PIECE_CHUNKS, "").strip()
+    if forced_env and not (forced_env.isdigit() and int(forced_env) > 0):
+        raise ValueError(f"{ENV_PIECE_CHUNKS} must be a positive int (piece length in chunks), got {forced_env!r}")
+    if mode == "0":
+        return None
+    arch = arch_of(device)
+    BC = cp_config(arch, K, V, elem_size).BC
+    nchunks = tuple((n + BT - 1) // BT for n in lens)
+    L = _piece_chunks(nchunks, HV, triton.cdiv(V, state_config(arch, K, V, elem_size).BV), triton.cdiv(K, BC),
+                      triton.cdiv(V, BC),
+                      sm_count(device) * _PROGRAMS_PER_SM, mode, int(forced_env or 0))
+    return _piece_plan(lens, BT, L, device) if L else None
+
+
+@triton.jit
+def _piece_coords(cu_seqlens, chunk_offsets, piece_seq, map_pieces, i_j):
+    """Piece p of map i_j, its sequence n, first token (int64), token count (int32) and first global chunk."""
+    p = tl.load(map_pieces + i_j).to(tl.int64)
+    i_n = tl.load(piece_seq + p).to(tl.int64)
+    bos = tl.load(cu_seqlens + p).to(tl.int64)
+    T = (tl.load(cu_seqlens + p + 1).to(tl.int64) - bos).to(tl.int32)
+    c_base = tl.load(chunk_offsets + p).to(tl.int64)
+    return p, i_n, bos, T, c_base
+
+
+@triton.jit
+def _map_columns(i_c, NKB: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
+                 V_FIRST: tl.constexpr):
+    """Column block i_c of [M | E]: whether it is an E block, its row/column offsets and mask, the offsets of
+    those columns in a [K, V] state ([V, K] if V_FIRST; E blocks only) and in one [K, K + V] map."""
+    is_e = i_c >= NKB
+    o_k = tl.arange(0, BK)
+    o_c = (i_c - is_e.to(tl.int32) * NKB) * BC + tl.arange(0, BC)
+    m_kc = (o_k < K)[:, None] & (o_c < tl.where(is_e, V, K))[None, :]
+    if V_FIRST:
+        off_state = o_c[None, :] * K + o_k[:, None]
+    else:
+        off_state = o_k[:, None] * V + o_c[None, :]
+    off_map = o_k[:, None] * (K + V) + is_e.to(tl.int32) * K + o_c[None, :]
+    return is_e, o_k, o_c, m_kc, off_state, off_map
+
+
+@triton.jit
+def _kda_state_cp_fwd_map_kernel(
+    kg, w, u, gl, h0, maps,
+    cu_seqlens, chunk_offsets, piece_seq, seq_pieces, map_pieces,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
+    NKB: tl.constexpr, HAS_H0: tl.constexpr, V_FIRST: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
+):
+    """Map (M, E) of piece map_pieces[j] over its chunks, S <- 2^G_last S + kg^T (u - w S):
+    kg, w: [TT, HV, K]; u: [TT, HV, V]; gl: [NT, HV, K] fp32 (log2 units); h0: [N, HV, K, V] fp32 ([N, HV, V, K] if
+    V_FIRST); maps: [NM, HV, K, K + V] fp32, columns [0, K) M (from the identity, u = 0), [K, K + V) E (from 0, or
+    from h0 on a sequence's first piece, whose M is not needed and not written). Grid (NKB + cdiv(V, BC), NM, HV)."""
+    i_c, i_j, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    p, i_n, bos, T, c_base = _piece_coords(cu_seqlens, chunk_offsets, piece_seq, map_pieces, i_j)
+    first = tl.load(seq_pieces + i_n) == p
+    is_e, o_k, o_c, m_kc, off_state, off_map = _map_columns(i_c, NKB, K, V, BK, BC, V_FIRST)
+    if first & (i_c < NKB):
+        return
+    b_S = tl.where(is_e, 0.0, (o_k[:, None] == o_c[None, :]).to(tl.float32))
+    if HAS_H0:
+        b_S += tl.load(h0 + (i_n * HV + i_hv) * K * V + off_state, mask=m_kc & first & is_e, other=0.0)
+    o_t = tl.arange(0, BT)
+    for i_t in range(tl.cdiv(T, BT)):
+        t0 = i_t * BT
+        p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+        p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+        b_vn = -tl.dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), _op(b_S, IS_BF16), input_precision=PREC)
+        if is_e:
+            p_u = u + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
+            b_vn += tl.load(p_u, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0).to(tl.float32)
+        b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
+        b_S *= tl.exp2(b_gl)[:, None]
+        b_S += tl.dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)),
+                      _op(_finite_or_zero(b_vn), IS_BF16), input_precision=PREC)
+    tl.store(maps + (i_j * HV + i_hv).to(tl.int64) * K * (K + V) + off_map, b_S, mask=m_kc)
+
+
+@triton.jit
+def _kda_state_cp_bwd_map_kernel(
+    qg, kg, w, Aqk, gl, do, dht, maps,
+    cu_seqlens, chunk_offsets, piece_seq, seq_pieces, map_pieces,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
+    NKB: tl.constexpr, HAS_DHT: tl.constexpr, V_FIRST: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
+):
+    """Reverse map (M^T, F) of piece map_pieces[j], dS_start = M^T dS_end + F, over its chunks last to first:
+    dv_new = Aqk^T do + kg dS;  dS <- 2^G_last dS + qg^T do - w^T dv_new.
+    qg, kg, w: [TT, HV, K]; Aqk: [TT, HV, BT]; do: [TT, HV, V]; gl: [NT, HV, K] fp32; dht: [N, HV, K, V] fp32
+    ([N, HV, V, K] if V_FIRST); maps: [NM, HV, K, K + V] fp32, columns [0, K) M^T (from the identity, do = 0),
+    [K, K + V) F (from 0, or from dht on a sequence's last piece, whose M^T is not needed and not written).
+    Grid (NKB + cdiv(V, BC), NM, HV)."""
+    i_c, i_j, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    p, i_n, bos, T, c_base = _piece_coords(cu_seqlens, chunk_offsets, piece_seq, map_pieces, i_j)
+    last = tl.load(seq_pieces + i_n + 1) - 1 == p
+    is_e, o_k, o_c, m_kc, off_state, off_map = _map_columns(i_c, NKB, K, V, BK, BC, V_FIRST)
+    if last & (i_c < NKB):
+        return
+    b_dS = tl.where(is_e, 0.0, (o_k[:, None] == o_c[None, :]).to(tl.float32))
+    if HAS_DHT:
+        b_dS += tl.load(dht + (i_n * HV + i_hv) * K * V + off_state, mask=m_kc & last & is_e, other=0.0)
+    o_t = tl.arange(0, BT)
+    NC = tl.cdiv(T, BT)
+    for i_r in range(NC):
+        i_t = NC - 1 - i_r
+        t0 = i_t * BT
+        p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+        p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+        b_dvn = tl.dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), input_precision=PREC)
+        b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
+        b_dS *= tl.exp2(b_gl)[:, None]
+        if is_e:
+            p_do = do + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
+            b_do = _op(tl.load(p_do, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0), IS_BF16)
+            p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
+            p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+            b_dvn += tl.dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, input_precision=PREC)
+            b_dS += tl.dot(tl.trans(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16)), b_do, input_precision=PREC)
+        b_dS -= tl.dot(tl.trans(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16)), _op(b_dvn, IS_BF16),
+                       input_precision=PREC)
+    tl.store(maps + (i_j * HV + i_hv).to(tl.int64) * K * (K + V) + off_map, b_dS, mask=m_kc)
+
+
+@triton.jit
+def _chain_coords(seq_pieces, i_n, i_v, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                  V_FIRST: tl.constexpr):
+    """First and end piece (int64) of sequence i_n; offsets and mask of V block i_v in a [K, V] state ([V, K] if
+    V_FIRST) and of its E/F part in one [K, K + V] map."""
+    s = tl.load(seq_pieces + i_n).to(tl.int64)
+    e = tl.load(seq_pieces + i_n + 1).to(tl.int64)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
+    if V_FIRST:
+        off_kv = o_v[None, :] * K + o_k[:, None]
+    else:
+        off_kv = o_k[:, None] * V + o_v[None, :]
+    off_e = o_k[:, None] * (K + V) + K + o_v[None, :]
+    return s, e, m_kv, off_kv, off_e
+
+
+@triton.jit
+def _chain_step(map_j, state, b_E, i_v, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                BKC: tl.constexpr, V_FIRST: tl.constexpr):
+    """E + M S in fp32 (IEEE products) for V block i_v: M is the [K, K] part of map_j ([K, K + V]); S is read back
+    from `state` ([K, V], or [V, K] if V_FIRST; this program has just stored it) in blocks of BKC rows, so no
+    [K, K] tile is ever held."""
+    tl.debug_barrier()
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    b_S = b_E
+    for kc in tl.static_range(0, BK, BKC):
+        o_kc = kc + tl.arange(0, BKC)
+        b_M = tl.load(map_j + o_k[:, None] * (K + V) + o_kc[None, :], mask=(o_k < K)[:, None] & (o_kc < K)[None, :],
+                      other=0.0)
+        if V_FIRST:
+            off = o_v[None, :] * K + o_kc[:, None]
+        else:
+            off = o_kc[:, None] * V + o_v[None, :]
+        b_Sk = tl.load(state + off, mask=(o_kc < K)[:, None] & (o_v < V)[None, :], other=0.0)
+        b_S += tl.dot(b_M, b_Sk, input_precision="ieee")
+    return b_S
+
+
+@triton.jit
+def _kda_state_cp_fwd_chain_kernel(
+    maps, h0, init, seq_pieces,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BKC: tl.constexpr,
+    HAS_H0: tl.constexpr, V_FIRST: tl.constexpr,
+):
+    """Start state of every piece of sequence n, in fp32: S = h0[n] (or 0); per piece p, init[p] = S, then
+    S <- M_j S + E_j (S <- E_j on the first piece, whose E already holds h0). maps: [NM, HV, K, K + V] fp32 from
+    `_kda_state_cp_fwd_map_kernel`; h0: [N, HV, K, V], init: [P, HV, K, V] fp32 ([.., V, K] if V_FIRST).
+    Grid (cdiv(V, BV), N, HV)."""
+    i_v, i_n, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    s, e, m_kv, off_kv, off_e = _chain_coords(seq_pieces, i_n, i_v, K, V, BK, BV, V_FIRST)
+    b_S = tl.zeros((BK, BV), dtype=tl.float32)
+    if HAS_H0:
+        b_S += tl.load(h0 + (i_n * HV + i_hv) * K * V + off_kv, mask=m_kv, other=0.0)
+    for p in range(s, e):
+        p_S = init + (p * HV + i_hv) * K * V
+        tl.store(p_S + off_kv, b_S, mask=m_kv)
+        if p < e - 1:
+            map_j = maps + ((p - i_n) * HV + i_hv) * K * (K + V)
+            b_E = tl.load(map_j + off_e, mask=m_kv, other=0.0)
+            if p == s:
+                b_S = b_E
+            else:
+                b_S = _chain_step(map_j, p_S, b_E, i_v, K, V, BK, BV, BKC, V_FIRST)
+
+
+@triton.jit
+def _kda_state_cp_bwd_chain_kernel(
+    maps, dht, dend, seq_pieces,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BKC: tl.constexpr,
+    HAS_DHT: tl.constexpr, V_FIRST: tl.constexpr,
+):
+    """Gradient of the end state of every piece of sequence n, in fp32, last piece first: dS = dht[n] (or 0); per
+    piece p, dend[p] = dS, then dS <- M_j^T dS + F_j (dS <- F_j on the last piece, whose F already holds dht).
+    maps: [NM, HV, K, K + V] fp32 from `_kda_state_cp_bwd_map_kernel`; dht: [N, HV, K, V], dend: [P, HV, K, V]
+    fp32 ([.., V, K] if V_FIRST). Grid (cdiv(V, BV), N, HV)."""
+    i_v, i_n, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    s, e, m_kv, off_kv, off_e = _chain_coords(seq_pieces, i_n, i_v, K, V, BK, BV, V_FIRST)
+    b_dS = tl.zeros((BK, BV), dtype=tl.float32)
+    if HAS_DHT:
+        b_dS += tl.load(dht + (i_n * HV + i_hv) * K * V + off_kv, mask=m_kv, other=0.0)
+    for r in range(0, e - s):
+        p = e - 1 - r
+        p_dS = dend + (p * HV + i_hv) * K * V
+        tl.store(p_dS + off_kv, b_dS, mask=m_kv)
+        if p > s:
+            map_j = maps + ((p - i_n - 1) * HV + i_hv) * K * (K + V)
+            b_F = tl.load(map_j + off_e, mask=m_kv, other=0.0)
+            if p == e - 1:
+                b_dS = b_F
+            else:
+                b_dS = _chain_step(map_j, p_dS, b_F, i_v, K, V, BK, BV, BKC, V_FIRST)
+
+
+def _state_shape(pieces: int, HV: int, K: int, V: int, state_v_first: bool) -> tuple:
+    return (pieces, HV, V, K) if state_v_first else (pieces, HV, K, V)
+
+
+def cp_initial_states(kg, w, u, gl, h0, seqs, pieces: PiecePlan, BT: int, *, state_v_first: bool,
+                      prec: str) -> torch.Tensor:
+    """Start state of every piece: [P, HV, K, V] fp32 ([P, HV, V, K] with state_v_first).
+    kg, w: [TT, HV, K]; u: [TT, HV, V]; gl: [NT, HV, K] fp32; h0: None or [N, HV, K, V] fp32 (V-first likewise);
+    seqs: the ChunkPlan of the sequences."""
+    TT, HV, K = w.shape
+    V = u.shape[-1]
+    dev = w.device
+    cfg = cp_config(arch_of(dev), K, V, w.element_size())
+    nkb = triton.cdiv(K, cfg.BC)
+    maps = torch.empty(pieces.NM, HV, K, K + V, device=dev, dtype=torch.float32)
+    init = torch.empty(_state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
+    common = dict(HV=HV, K=K, V=V, BK=_kpad(K), V_FIRST=state_v_first)
+    if pieces.NM:
+        _kda_state_cp_fwd_map_kernel[(nkb + triton.cdiv(V, cfg.BC), pieces.NM, HV)](
+            kg, w, u, gl, h0 if h0 is not None else init, maps,
+            pieces.cu_seqlens, pieces.chunk_offsets, pieces.piece_seq, pieces.seq_pieces, pieces.fwd_maps,
+            BT=BT, BC=cfg.BC, NKB=nkb, HAS_H0=h0 is not None, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **common,
+        )
+    _kda_state_cp_fwd_chain_kernel[(triton.cdiv(V, cfg.chain_BV), seqs.N, HV)](
+        maps, h0 if h0 is not None else init, init, pieces.seq_pieces, BV=cfg.chain_BV, BKC=cfg.chain_BKC,
+        HAS_H0=h0 is not None,
+        num_warps=cfg.chain_warps, num_stages=1, **common,
+    )
+    return init
+
+
+def cp_end_gradients(qg, kg, w, Aqk, gl, do, dht, seqs, pieces: PiecePlan, BT: int, *, state_v_first: bool,
+                     prec: str) -> torch.Tensor:
+    """Gradient of the end state of every piece: [P, HV, K, V] fp32 ([P, HV, V, K] with state_v_first).
+    qg, kg, w: [TT, HV, K]; Aqk: [TT, HV, BT]; gl: [NT, HV, K] fp32; do: [TT, HV, V]; dht: None or [N, HV, K, V]
+    fp32 (V-first likewise); seqs: the ChunkPlan of the sequences."""
+    TT, HV, K = w.shape
+    V = do.shape[-1]
+    dev = w.device
+    cfg = cp_config(arch_of(dev), K, V, w.element_size())
+    nkb = triton.cdiv(K, cfg.BC)
+    maps = torch.empty(pieces.NM, HV, K, K + V, device=dev, dtype=torch.float32)
+    dend = torch.empty(_state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
+    common = dict(HV=HV, K=K, V=V, BK=_kpad(K), V_FIRST=state_v_first)
+    if pieces.NM:
+        _kda_state_cp_bwd_map_kernel[(nkb + triton.cdiv(V, cfg.BC), pieces.NM, HV)](
+            qg, kg, w, Aqk, gl, do, dht if dht is not None else dend, maps,
+            pieces.cu_seqlens, pieces.chunk_offsets, pieces.piece_seq, pieces.seq_pieces, pieces.bwd_maps,
+            BT=BT, BC=cfg.BC, NKB=nkb, HAS_DHT=dht is not None, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **common,
+        )
+    _kda_state_cp_bwd_chain_kernel[(triton.cdiv(V, cfg.chain_BV), seqs.N, HV)](
+        maps, dht if dht is not None else dend, dend, pieces.seq_pieces, BV=cfg.chain_BV, BKC=cfg.chain_BKC,
+        HAS_DHT=dht is not None,
+        num_warps=cfg.chain_warps, num_stages=1, **common,
+    )
+    return dend
+
