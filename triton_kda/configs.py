@@ -90,8 +90,11 @@ def wy_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
 
 def intra_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
     """The chunk-local backward (one program per chunk, v-head and K slice of BK; BC-row blocks as the forward)."""
-    return IntraConfig(BC=16, BK=min(32, _kpad(K)), BV=min(32 if arch == 0 else 64, _kpad(V)), num_warps=4,
-                       num_stages=1)
+    if arch == 0:
+        return IntraConfig(BC=16, BK=min(32, _kpad(K)), BV=min(32, _kpad(V)), num_warps=4, num_stages=1)
+    # H100 B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 64 / 8 warps / 2 stages 8.1 ms,
+    # BK 32 / 4 warps / 1 stage 10.8 ms, BK 32 / 8 warps 12.5 ms
+    return IntraConfig(BC=16, BK=min(64, _kpad(K)), BV=min(64, _kpad(V)), num_warps=8, num_stages=2)
 
 
 def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
