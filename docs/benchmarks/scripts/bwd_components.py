@@ -1,0 +1,81 @@
+"""Backward (and forward) component timings and launch-configuration sweeps on one shape; see NOTES.md.
+
+Run on the device from the repo root: python3 docs/benchmarks/scripts/bwd_components.py
+"""
+import os, sys, time
+sys.path.insert(0, os.getcwd())
+import torch, triton
+import triton_kda.chunk_fwd as cf
+import triton_kda.intra as ti
+import triton_kda.state as ts
+import triton_kda.configs as C
+from triton_kda import chunk_kda
+from triton_kda.chunk_fwd import plan_chunks, intra_fwd, state_fwd
+from triton_kda.state import state_bwd
+from triton_kda.intra import qk_bwd
+dev = "cuda"
+B, T, H, HV, K, V, BT = 2, 8192, 32, 32, 128, 128, 64
+torch.manual_seed(0)
+bf = torch.bfloat16
+q = torch.randn(B*T, H, K, device=dev, dtype=bf); k = torch.randn_like(q)
+v = torch.randn(B*T, HV, V, device=dev, dtype=bf); g = torch.randn(B*T, HV, K, device=dev, dtype=bf)
+beta = torch.randn(B*T, HV, device=dev, dtype=bf)
+A_log = torch.log(torch.rand(HV, device=dev) * 15 + 1); dt_bias = torch.randn(HV*K, device=dev) * 0.5
+plan = plan_chunks(B, T, BT, q.device, None)
+kw = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, lower_bound=-5.0, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=False)
+bench = lambda f: triton.testing.do_bench(f, warmup=30, rep=150, return_mode="median")
+def tryb(name, f):
+    try:
+        f(); torch.cuda.synchronize(); ms = f"{bench(f):.3f}"
+    except Exception as e:
+        ms = f"ERR {str(e)[:100]}"
+    print(f"{name}: {ms}", flush=True)
+
+# end to end, default configs
+qq, kk, vv, gg, bb = (x.view(B, T, *x.shape[1:]) for x in (q, k, v, g, beta))
+args = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, safe_gate=True, lower_bound=-5.0,
+            use_beta_sigmoid_in_kernel=True, A_log=A_log, dt_bias=dt_bias)
+t = time.time()
+with torch.no_grad():
+    chunk_kda(qq, kk, vv, gg, bb, **args)
+torch.cuda.synchronize(); print(f"first fwd call {time.time()-t:.1f}s", flush=True)
+with torch.no_grad():
+    tryb("E2E fwd", lambda: chunk_kda(qq, kk, vv, gg, bb, **args))
+leaves = [x.clone().requires_grad_(True) for x in (qq, kk, vv, gg, bb)]
+do = torch.randn_like(vv)
+def fb():
+    o, _ = chunk_kda(*leaves, **args)
+    torch.autograd.grad(o, leaves, do)
+t = time.time(); fb(); torch.cuda.synchronize(); print(f"first fwdbwd call {time.time()-t:.1f}s", flush=True)
+tryb("E2E fwd+bwd", fb)
+torch.cuda.reset_peak_memory_stats(); fb(); print(f"peak mem fwd+bwd {torch.cuda.max_memory_allocated()/2**30:.2f} GiB", flush=True)
+
+# backward components
+intra = intra_fwd(q, k, v, g, beta, A_log, dt_bias, 0.088, plan, BT, **kw, store_aux=True)
+st = state_fwd(intra, None, plan, BT, V, output_final_state=False, state_v_first=False, store_h=True, store_v_new=True, h_dtype=torch.float32)
+dof = do.view(B*T, HV, V).contiguous()
+tryb("intra_fwd aux (default)", lambda: intra_fwd(q, k, v, g, beta, A_log, dt_bias, 0.088, plan, BT, **kw, store_aux=True))
+tryb("state_fwd h+vnew (default)", lambda: state_fwd(intra, None, plan, BT, V, output_final_state=False, state_v_first=False, store_h=True, store_v_new=True, h_dtype=torch.float32))
+sb = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32")
+tryb("state_bwd (default)", lambda: state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32"))
+fw = lambda: ti.wy_bwd(k, v, intra.gcum, intra.rstd_k, intra.beta, intra.Akk, st.h, st.v_new, sb.dv_new, dof, plan, BT, state_v_first=False, prec="tf32")
+for BK, BV, nw in [(64, 64, 4), (64, 64, 8), (32, 64, 8), (64, 32, 8), (128, 64, 8)]:
+    ti.wy_bwd_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=BV, num_warps=nw, num_stages=1): c
+    tryb(f"wy_bwd BK{BK} BV{BV} w{nw}", fw)
+ti.wy_bwd_config = C.wy_bwd_config
+wy = fw()
+for BK, BV, nw, ns in [(32, 64, 4, 1), (32, 64, 8, 1), (64, 64, 8, 1), (64, 64, 4, 1), (32, 64, 4, 2), (64, 64, 8, 2)]:
+    ti.intra_bwd_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=BV, num_warps=nw, num_stages=ns): c
+    tryb(f"intra_bwd BK{BK} BV{BV} w{nw} s{ns}", lambda: ti.intra_bwd(q, k, g, A_log, dt_bias, intra.gcum, intra.rstd_q, intra.rstd_k, intra.beta, st.h, sb.dh, st.v_new, wy, dof, 0.088, plan, BT, gate=2, lower_bound=-5.0, state_v_first=False, prec="tf32"))
+ti.intra_bwd_config = C.intra_bwd_config
+dpart = torch.randn(B*T, HV, K, device=dev)
+tryb("qk_bwd (one of q/k)", lambda: qk_bwd(q, dpart, use_qk_l2norm_in_kernel=True))
+
+# forward variants
+for BK, nw in [(32, 4), (32, 8), (16, 8), (64, 8)]:
+    cf.intra_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=64, num_warps=nw, num_stages=1): c
+    tryb(f"intra_fwd BK{BK} w{nw}", lambda: intra_fwd(q, k, v, g, beta, A_log, dt_bias, 0.088, plan, BT, **kw))
+cf.intra_config = C.intra_config
+for BV, nw, ns in [(64, 4, 2), (64, 4, 3), (64, 8, 2), (64, 8, 3), (32, 8, 3), (128, 8, 2)]:
+    cf.state_config = lambda arch, K, V, es, c=C.StateConfig(BV=BV, num_warps=nw, num_stages=ns): c
+    tryb(f"state_fwd BV{BV} w{nw} s{ns}", lambda: state_fwd(intra, None, plan, BT, V, output_final_state=True, state_v_first=False, store_h=False, store_v_new=False, h_dtype=q.dtype))
