@@ -49,6 +49,17 @@ def _chunk_coords(cu_seqlens, chunk_indices, i_t):
 
 
 @triton.jit
+def _state_offsets(o_k, o_v, K: tl.constexpr, V: tl.constexpr, V_FIRST: tl.constexpr):
+    """Element offsets of the [len(o_k), len(o_v)] block (rows o_k, columns o_v) of one [K, V] state, stored
+    [V, K] if V_FIRST."""
+    if V_FIRST:
+        off = o_v[None, :] * K + o_k[:, None]
+    else:
+        off = o_k[:, None] * V + o_v[None, :]
+    return off
+
+
+@triton.jit
 def _finite_or_zero(x):
     """Non-finite entries (NaN, +-inf) -> 0. Applied to operands whose rows past t may hold an overflowed future
     (an exploding recurrence) before a full-matrix product, where 0 * inf would leak NaN into rows <= t."""
@@ -300,10 +311,7 @@ def _kda_wy_bwd_kernel(
         for i_k in range(tl.cdiv(K, BK)):
             o_k = i_k * BK + tl.arange(0, BK)
             m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
-            if V_FIRST:
-                off_h = o_v[None, :] * K + o_k[:, None]
-            else:
-                off_h = o_k[:, None] * V + o_v[None, :]
+            off_h = _state_offsets(o_k, o_v, K, V, V_FIRST)
             p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
             p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
                                     (1, 0))
@@ -382,10 +390,7 @@ def _kda_intra_bwd_kernel(
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_kv = m_k[:, None] & (o_v < V)[None, :]
-        if V_FIRST:
-            off_h = o_v[None, :] * K + o_k[:, None]
-        else:
-            off_h = o_k[:, None] * V + o_v[None, :]
+        off_h = _state_offsets(o_k, o_v, K, V, V_FIRST)
         b_S = tl.load(h + p_state + off_h, mask=m_kv, other=0.0)
         b_dS = tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
         p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
@@ -429,10 +434,7 @@ def _kda_intra_bwd_kernel(
         for i_v in range(tl.cdiv(V, BV)):
             o_v = i_v * BV + tl.arange(0, BV)
             m_kv = m_k[:, None] & (o_v < V)[None, :]
-            if V_FIRST:
-                off_h = o_v[None, :] * K + o_k[:, None]
-            else:
-                off_h = o_k[:, None] * V + o_v[None, :]
+            off_h = _state_offsets(o_k, o_v, K, V, V_FIRST)
             b_St = tl.trans(tl.load(h + p_state + off_h, mask=m_kv, other=0.0))
             b_dSt = tl.trans(tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0))
             p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV),

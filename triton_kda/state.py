@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from triton_kda.configs import _kpad, arch_of, state_config
-from triton_kda.intra import _finite_or_zero, _op
+from triton_kda.intra import _finite_or_zero, _op, _state_offsets
 from triton_kda.state_cp import cp_end_gradients, plan_pieces
 
 
@@ -26,11 +26,7 @@ def _seq_state_coords(cu_seqlens, i_n, i_v, K: tl.constexpr, V: tl.constexpr, BK
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
-    if V_FIRST:
-        off_kv = o_v[None, :] * K + o_k[:, None]
-    else:
-        off_kv = o_k[:, None] * V + o_v[None, :]
-    return bos, T, o_k, o_v, m_kv, off_kv
+    return bos, T, o_k, o_v, m_kv, _state_offsets(o_k, o_v, K, V, V_FIRST)
 
 
 @triton.jit

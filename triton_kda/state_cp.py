@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from triton_kda.configs import _kpad, arch_of, cp_config, sm_count, state_config
-from triton_kda.intra import _finite_or_zero, _op
+from triton_kda.intra import _finite_or_zero, _op, _state_offsets
 
 ENV_MODE = "TRITON_KDA_INTRACARD_CP"
 ENV_PIECE_CHUNKS = "TRITON_KDA_INTRACARD_CP_CHUNKS"
@@ -173,10 +173,7 @@ def _map_columns(i_c, NKB: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: t
     o_k = tl.arange(0, BK)
     o_c = (i_c - is_e.to(tl.int32) * NKB) * BC + tl.arange(0, BC)
     m_kc = (o_k < K)[:, None] & (o_c < tl.where(is_e, V, K))[None, :]
-    if V_FIRST:
-        off_state = o_c[None, :] * K + o_k[:, None]
-    else:
-        off_state = o_k[:, None] * V + o_c[None, :]
+    off_state = _state_offsets(o_k, o_c, K, V, V_FIRST)
     off_map = o_k[:, None] * (K + V) + is_e.to(tl.int32) * K + o_c[None, :]
     return is_e, o_k, o_c, m_kc, off_state, off_map
 
@@ -271,10 +268,7 @@ def _chain_coords(seq_pieces, i_n, i_v, K: tl.constexpr, V: tl.constexpr, BK: tl
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
-    if V_FIRST:
-        off_kv = o_v[None, :] * K + o_k[:, None]
-    else:
-        off_kv = o_k[:, None] * V + o_v[None, :]
+    off_kv = _state_offsets(o_k, o_v, K, V, V_FIRST)
     off_e = o_k[:, None] * (K + V) + K + o_v[None, :]
     return s, e, m_kv, off_kv, off_e
 
@@ -293,10 +287,7 @@ def _chain_step(map_j, state, b_E, i_v, K: tl.constexpr, V: tl.constexpr, BK: tl
         o_kc = kc + tl.arange(0, BKC)
         b_M = tl.load(map_j + o_k[:, None] * (K + V) + o_kc[None, :], mask=(o_k < K)[:, None] & (o_kc < K)[None, :],
                       other=0.0)
-        if V_FIRST:
-            off = o_v[None, :] * K + o_kc[:, None]
-        else:
-            off = o_kc[:, None] * V + o_v[None, :]
+        off = _state_offsets(o_kc, o_v, K, V, V_FIRST)
         b_Sk = tl.load(state + off, mask=(o_kc < K)[:, None] & (o_v < V)[None, :], other=0.0)
         b_S += tl.dot(b_M, b_Sk, input_precision="ieee")
     return b_S
