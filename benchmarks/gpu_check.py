@@ -2,7 +2,7 @@
 
     python -m benchmarks.gpu_check [--out DIR] [--shapes B2-T8192-H32,B8-T2048-H32] [--modes fwd,fwdbwd]
                                    [--flags kimi] [--no-fla] [--skip-checks] [--skip-timing]
-                                   [--check-budget-s 240] [--budget-s 420]
+                                   [--check-budget-s 240] [--budget-s 420] [--tune-cache DIR]
 
 1. Checks (ours only, small cases: fixed, varlen with an empty sequence, GVA, kimi flags, softplus gate, strong
    gate with chunk 32, initial/final states in both layouts; every case in bf16, some in fp16 and fp32; checks
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import model, report
+from benchmarks import model, report, tune_cache
 from benchmarks.run import (
     BWD_TOL,
     FWD_TOL,
@@ -310,6 +310,8 @@ def summary(prov: dict, checks: list[dict], bench: list[dict], files: list[Path]
                          fmt(r.get("warmup_fwdbwd_s") if r["mode"] == "fwdbwd" else r.get("warmup_fwd_s"), ".1f")])
         lines.append(markdown_table(["impl", "shape", "flags", "mode", "ms", "vs fla", "TB/s", "% floor", "rmse",
                                      "warm-up s"], body))
+        if bench[0].get("autotune_cache", "fresh") != "fresh":
+            lines.append(f"warm-up s: autotune cache {bench[0]['autotune_cache']}, so fla's tuning time is not in it")
     lines.append("files: " + ", ".join(str(f) for f in files))
     return "\n".join(lines)
 
@@ -332,6 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start no check after this many seconds from start (default 240)")
     parser.add_argument("--budget-s", type=float, default=420.0,
                         help="start no timed shape after this many seconds from start (default 420)")
+    parser.add_argument("--tune-cache", type=Path, default=None,
+                        help="folder of saved Triton autotuning results (benchmarks/tune_cache.py): restored before "
+                             "the first call, updated at the end; rows record it, as first calls then skip tuning")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warmup-ms", type=positive_int, default=50, help="do_bench warm-up in ms (default 50)")
     parser.add_argument("--rep-ms", type=positive_int, default=200, help="do_bench repetition in ms (default 200)")
@@ -350,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     if message is not None:
         print(message, file=sys.stderr, flush=True)
         return 2
+    restored = tune_cache.restore(args.tune_cache) if args.tune_cache else 0
     out = args.out or Path(os.environ.get("OUT") or "gpu-check-out")
     jsonl = out / "gpu_check.jsonl"
     if jsonl.exists():
@@ -375,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_timing:
         log("== timings")
         timer = cuda_timer(args.warmup_ms, args.rep_ms)
-        context = {**prov, **measure_ceilings(timer, device)}
+        context = {**prov, **measure_ceilings(timer, device),
+                   "autotune_cache": f"{restored} results restored" if restored else "fresh"}
         for shape in shapes:
             for flags in resolve_flags(args.flags):
                 elapsed = time.perf_counter() - t_start
@@ -391,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
                 bench.extend(rows)
                 for row in rows:
                     log(describe(row))
+    if args.tune_cache:
+        log(f"autotune results: {restored} restored from, {tune_cache.save(args.tune_cache)} saved to {args.tune_cache}")
     notes = report.write_plots(bench, out) if bench else []
     write_markdown(md, checks, bench, notes)
     files = [jsonl, md] + sorted(out.glob("*.png"))

@@ -491,3 +491,19 @@ def test_time_vs_t_groups():
     groups = report.time_vs_t_groups(timed)
     assert sorted(groups.values()) == [[(4096, 0.5), (8192, 0.9)], [(4096, 1.0), (8192, 2.0)]]
     assert report.time_vs_t_groups(timed[:1]) == {}
+
+
+def test_tune_cache_round_trip(tmp_path, monkeypatch):
+    from benchmarks import tune_cache
+
+    cache, saved = tmp_path / "triton", tmp_path / "saved"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    assert tune_cache.save(saved) == 0 and tune_cache.restore(saved) == 0
+    (cache / "abc").mkdir(parents=True)
+    (cache / "abc" / "kern.autotune.json").write_text('{"key": 1}')
+    (cache / "abc" / "kern.cubin").write_bytes(b"\0" * 8)
+    assert tune_cache.save(saved) == 1
+    assert sorted(p.name for p in saved.rglob("*")) == ["abc", "kern.autotune.json"]
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "fresh"))
+    assert tune_cache.restore(saved) == 1
+    assert (tmp_path / "fresh" / "abc" / "kern.autotune.json").read_text() == '{"key": 1}'

@@ -44,9 +44,9 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     st = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do, dht, plan, BT, V, want_dh0=want_dh0,
                    state_v_first=state_v_first, prec=prec)
     gate = gate_mode(use_gate_in_kernel, lower_bound)
-    wy = wy_bwd(k, v, intra.gcum, intra.rstd_k, intra.beta, intra.Akk, h, v_new, st.dv_new, do, plan, BT,
-                state_v_first=state_v_first, prec=prec)
-    it = intra_bwd(q, k, g, A_log, dt_bias, intra.gcum, intra.rstd_q, intra.rstd_k, intra.beta, h, st.dh, v_new, wy,
+    wy = wy_bwd(k, v, g, A_log, dt_bias, intra.rstd_k, intra.beta, intra.Akk, h, v_new, st.dv_new, do, plan, BT,
+                gate=gate, lower_bound=lower_bound, state_v_first=state_v_first, prec=prec)
+    it = intra_bwd(q, k, g, A_log, dt_bias, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, h, st.dh, v_new, wy,
                    do, scale, plan, BT, gate=gate, lower_bound=lower_bound, state_v_first=state_v_first, prec=prec)
     dbeta = wy.dbeta + it.dbeta.sum(0)
     if use_beta_sigmoid_in_kernel:

@@ -64,11 +64,10 @@ class IntraOut(NamedTuple):
     qg: torch.Tensor                # [TT, HV, K]
     kg: torch.Tensor                # [TT, HV, K]
     gl: torch.Tensor                # [NT, HV, K] fp32: gate cumsum (log2 units) at each chunk's last token
-    gcum: torch.Tensor | None       # [TT, HV, K] fp32, inclusive chunk cumsum of the gate, log2 units (aux)
     rstd_q: torch.Tensor | None     # [TT, HV] fp32 (ones without in-kernel l2norm) (aux)
     rstd_k: torch.Tensor | None     # [TT, HV] fp32 (aux)
     beta: torch.Tensor | None       # [TT, HV] fp32, activated (aux)
-    Akk: torch.Tensor | None        # [TT, HV, BT] fp32, (I + L)^-1 (aux)
+    Akk: torch.Tensor | None        # [TT, HV, BT] in Aqk's dtype, (I + L)^-1 (aux)
 
 
 class StateOut(NamedTuple):
@@ -86,21 +85,22 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, B
               use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, lower_bound: float | None,
               use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool, store_aux: bool = False) -> IntraOut:
     """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (contiguous, flattened).
-    store_aux also writes what the backward reuses (gcum, rstd_q, rstd_k, beta, Akk)."""
+    store_aux also writes what the backward reuses (rstd_q, rstd_k, beta, Akk)."""
     TT, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     dev, dt = q.device, q.dtype
     cfg = intra_config(arch_of(dev), K, V)
     f32 = dict(device=dev, dtype=torch.float32)
     aux = store_aux
+    a_dt = dt if dt == torch.bfloat16 else torch.float32
     out = IntraOut(
-        Aqk=torch.empty(TT, HV, BT, device=dev, dtype=dt if dt == torch.bfloat16 else torch.float32),
+        Aqk=torch.empty(TT, HV, BT, device=dev, dtype=a_dt),
         w=torch.empty(TT, HV, K, device=dev, dtype=dt), u=torch.empty(TT, HV, V, device=dev, dtype=dt),
         qg=torch.empty(TT, HV, K, device=dev, dtype=dt), kg=torch.empty(TT, HV, K, device=dev, dtype=dt),
         gl=torch.empty(plan.NT, HV, K, **f32),
-        gcum=torch.empty(TT, HV, K, **f32) if aux else None, rstd_q=torch.empty(TT, HV, **f32) if aux else None,
+        rstd_q=torch.empty(TT, HV, **f32) if aux else None,
         rstd_k=torch.empty(TT, HV, **f32) if aux else None, beta=torch.empty(TT, HV, **f32) if aux else None,
-        Akk=torch.empty(TT, HV, BT, **f32) if aux else None,
+        Akk=torch.empty(TT, HV, BT, device=dev, dtype=a_dt) if aux else None,
     )
     gate = gate_mode(use_gate_in_kernel, lower_bound)
     _kda_intra_fwd_kernel[(plan.NT, HV)](

@@ -159,9 +159,9 @@ def compile_specs(arch: int) -> list[CompileSpec]:
             prec = "ieee" if dname == "fp32" else "tf32"
             for BT in (32, 64):
                 ic = intra_config(arch, K, V)
-                sig = {n: "*fp32" for n in ("gl", "gcum", "rstd_q", "rstd_k", "beta_act", "Akk")}
+                sig = {n: "*fp32" for n in ("gl", "rstd_q", "rstd_k", "beta_act")}
                 sig.update({n: f"*{ty}" for n in ("q", "k", "v", "g", "beta", "w", "u", "qg", "kg")})
-                sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
+                sig["Aqk"] = sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"A_log": "*fp32", "dt_bias": "*fp32", "cu_seqlens": "*i64", "chunk_indices": "*i32",
                             "scale": "fp32", "lower_bound": "fp32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=ic.BC, BK=ic.BK, BV=ic.BV, USE_L2NORM=True, GATE=2,
@@ -187,16 +187,18 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 specs.append(CompileSpec(f"state_bwd K{K} V{V} BT{BT} {dname}", _kda_state_bwd_kernel, sig, ce,
                                          sc.num_warps, sc.num_stages))
                 wc = wy_bwd_config(arch, K, V)
-                sig = {n: f"*{ty}" for n in ("k", "v", "v_new", "do", "dv")}
-                sig.update({n: "*fp32" for n in ("gcum", "rstd_k", "beta_act", "Akk", "h", "dv_new", "dvb", "dAqk",
-                                                 "dL", "dbeta_v")})
-                sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32"})
-                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, V_FIRST=False, PREC=prec)
+                sig = {n: f"*{ty}" for n in ("k", "v", "g", "v_new", "do", "dv")}
+                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "rstd_k", "beta_act", "h", "dv_new", "dvb",
+                                                 "dAqk", "dL", "dbeta_v")})
+                sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
+                sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "lower_bound": "fp32"})
+                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True,
+                          V_FIRST=False, PREC=prec)
                 specs.append(CompileSpec(f"wy_bwd K{K} V{V} BT{BT} {dname}", _kda_wy_bwd_kernel, sig, ce,
                                          wc.num_warps, wc.num_stages))
                 bc = intra_bwd_config(arch, K, V)
                 sig = {n: f"*{ty}" for n in ("q", "k", "g", "v_new", "do", "dg")}
-                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "gcum", "rstd_q", "rstd_k", "beta_act", "h",
+                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "gl", "rstd_q", "rstd_k", "beta_act", "h",
                                                  "dh", "dvb", "dAqk", "dL", "dq", "dk", "dbeta_k", "dA_log_part",
                                                  "ddt_bias_part")})
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "lower_bound": "fp32",

@@ -120,7 +120,7 @@ def _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t,
 @triton.jit
 def _kda_intra_fwd_kernel(
     q, k, v, g, beta, A_log, dt_bias,
-    Aqk, w, u, qg, kg, gl, gcum, rstd_q, rstd_k, beta_act, Akk,
+    Aqk, w, u, qg, kg, gl, rstd_q, rstd_k, beta_act, Akk,
     cu_seqlens, chunk_indices, scale, lower_bound,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
@@ -130,8 +130,8 @@ def _kda_intra_fwd_kernel(
 ):
     """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (flattened varlen layout).
     Writes Aqk [TT, HV, BT] (bf16 for bf16 inputs, else fp32), w/qg/kg [TT, HV, K] and u [TT, HV, V] in the input
-    dtype, gl [NT, HV, K] fp32 (G of each chunk's last token); with STORE_AUX also gcum [TT, HV, K] fp32,
-    rstd_q/rstd_k/beta_act [TT, HV] fp32 and Akk [TT, HV, BT] fp32 for the backward."""
+    dtype, gl [NT, HV, K] fp32 (G of each chunk's last token); with STORE_AUX also rstd_q/rstd_k/beta_act [TT, HV]
+    fp32 and Akk [TT, HV, BT] (Aqk's dtype: the operand the forward's products used) for the backward."""
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
     i_h = i_hv // (HV // H)
     bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
@@ -227,7 +227,7 @@ def _kda_intra_fwd_kernel(
         tl.store(rstd_k + p_row_hv, b_rk, mask=m_t)
         tl.store(beta_act + p_row_hv, b_beta, mask=m_t)
         p_X = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-        tl.store(p_X, tl.where(m_tt, b_X, 0.0), boundary_check=(0, 1))
+        tl.store(p_X, tl.where(m_tt, b_X, 0.0).to(p_X.dtype.element_ty), boundary_check=(0, 1))
     b_Xop = _op(b_X, IS_BF16)
 
     # ---- pass 2 over K: w, qg, kg (gate cumsum recomputed: same ops, same bits) --------------------------------
@@ -248,10 +248,6 @@ def _kda_intra_fwd_kernel(
         tl.store(p_w, b_w.to(p_w.dtype.element_ty), boundary_check=(0, 1))
         tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
         tl.store(p_kg, b_kg.to(p_kg.dtype.element_ty), boundary_check=(0, 1))
-        if STORE_AUX:
-            p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
-                                    (1, 0))
-            tl.store(p_G, b_G, boundary_check=(0, 1))
     for i_v in range(tl.cdiv(V, BV)):
         p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
@@ -262,18 +258,21 @@ def _kda_intra_fwd_kernel(
 
 @triton.jit
 def _kda_wy_bwd_kernel(
-    k, v, gcum, rstd_k, beta_act, Akk, h, v_new, dv_new, do,
+    k, v, g, A_log, dt_bias, rstd_k, beta_act, Akk, h, v_new, dv_new, do,
     dv, dvb, dAqk, dL, dbeta_v,
-    cu_seqlens, chunk_indices,
+    cu_seqlens, chunk_indices, lower_bound,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr, PREC: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, V_FIRST: tl.constexpr,
+    PREC: tl.constexpr,
 ):
     """Backward through u = Akk (beta v), w = Akk (beta kn 2^G) and Akk = (I + L)^-1, and the Aqk gradient; one
     program per (chunk, v-head), V in slices of BV (K in slices of BK inside them).
 
-    k [TT, H, K]; v, do [TT, HV, V]; gcum [TT, HV, K] fp32 (log2 units); rstd_k, beta_act [TT, HV] fp32;
-    Akk [TT, HV, BT] fp32; h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST); v_new [TT, HV, V]; dv_new [TT, HV, V]
-    fp32 from the reverse state pass. With S = h[c], kb = beta kn 2^G (dw = -dv_new S^T never materialised):
+    k [TT, H, K]; v, do [TT, HV, V]; g [TT, HV, K] (raw; G, its chunk cumsum, is recomputed as the forward does);
+    rstd_k, beta_act [TT, HV] fp32; Akk [TT, HV, BT] (as the forward stored it); h [NT, HV, K, V] fp32
+    ([NT, HV, V, K] if V_FIRST); v_new [TT, HV, V]; dv_new [TT, HV, V] fp32 from the reverse state pass. With
+    S = h[c], kb = beta kn 2^G (dw = -dv_new S^T never materialised):
         dAqk = tril(do v_new^T),  dA = dv_new (beta v - kb S)^T,  dL = -Akk^T dA Akk^T (strictly lower),
         dvb = Akk^T dv_new,  dv = beta dvb,  dbeta_v = rowsum(dvb v)
     Writes dv [TT, HV, V] in v's dtype, dvb [TT, HV, V] fp32, dAqk / dL [TT, HV, BT] fp32, dbeta_v [TT, HV] fp32.
@@ -290,7 +289,7 @@ def _kda_wy_bwd_kernel(
     p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
 
     p_A = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-    b_A = tl.load(p_A, boundary_check=(0, 1))
+    b_A = tl.load(p_A, boundary_check=(0, 1)).to(tl.float32)
     b_rk = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)
     b_b = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
     b_dAqk = tl.zeros((BT, BT), dtype=tl.float32)
@@ -313,10 +312,9 @@ def _kda_wy_bwd_kernel(
             m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
             off_h = _state_offsets(o_k, o_v, K, V, V_FIRST)
             p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-            p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
-                                    (1, 0))
-            b_kb = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * (b_rk * b_b)[:, None]
-            b_kb *= tl.exp2(tl.load(p_G, boundary_check=(0, 1)))
+            b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
+                               HAS_A_LOG, HAS_DT_BIAS)
+            b_kb = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * (b_rk * b_b)[:, None] * tl.exp2(b_G)
             b_P += tl.dot(b_kb, tl.load(h + p_state + off_h, mask=m_kv, other=0.0), input_precision=PREC)
         b_dA += tl.dot(b_dvn, tl.trans(b_v * b_b[:, None] - b_P), input_precision=PREC)
         b_dvb = tl.dot(tl.trans(b_A), b_dvn, input_precision=PREC)
@@ -335,7 +333,7 @@ def _kda_wy_bwd_kernel(
 
 @triton.jit
 def _kda_intra_bwd_kernel(
-    q, k, g, A_log, dt_bias, gcum, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
+    q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
     dq, dk, dg, dbeta_k, dA_log_part, ddt_bias_part,
     cu_seqlens, chunk_indices, scale, lower_bound, TT, NT,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
@@ -343,17 +341,19 @@ def _kda_intra_bwd_kernel(
     GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, V_FIRST: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    """Chunk-local backward of one K slice: one program per (chunk, v-head, K slice), BC-row blocks in reverse.
+    """Chunk-local backward of one K slice: one program per (chunk, v-head, K slice), the whole chunk at once.
 
-    q, k [TT, H, K]; g [TT, HV, K] (raw); gcum [TT, HV, K] fp32 (log2 units); rstd_q, rstd_k, beta_act [TT, HV]
-    fp32; h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST); dh [NT, HV, K, V] fp32; v_new, do [TT, HV, V];
-    dvb [TT, HV, V], dAqk, dL [TT, HV, BT] fp32 from `_kda_wy_bwd_kernel`. With S = h[c], dS = dh[c],
-    qn = scale rstd_q q, kn = rstd_k k, kbn = beta kn, and the sums over j <= i of the chunk
+    q, k [TT, H, K]; g [TT, HV, K] (raw); gl [NT, HV, K] fp32 (G of each chunk's last token, log2 units); rstd_q,
+    rstd_k, beta_act [TT, HV] fp32; h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST); dh [NT, HV, K, V] fp32;
+    v_new, do [TT, HV, V]; dvb [TT, HV, V], dAqk, dL [TT, HV, BT] fp32 from `_kda_wy_bwd_kernel`. With S = h[c],
+    dS = dh[c], G the gate cumsum (recomputed as the forward does), qn = scale rstd_q q, kn = rstd_k k,
+    kbn = beta kn, and the sums over j <= i of the chunk
         Rq_i = sum_j dAqk_ij kn_j 2^(G_i - G_j),  RL_i = sum_j dL_ij kn_j 2^(G_i - G_j),
         C_j  = sum_i (dAqk_ij qn_i + dL_ij kbn_i) 2^(G_i - G_j),
     dqn = (do S^T) 2^G + Rq,  dkn = X beta 2^G + (v_new dS^T) 2^(G_last - G) + beta RL + C  (X = -dvb S^T), and dG
     from the same terms; dg = reverse cumsum of dG through the gate activation. The sums use the forward's anchored
-    factorisation (anchor = first row of each block); a block whose gate range exceeds RANGE_MAX is summed exactly.
+    factorisation (anchor = first row of each BC-row block, one product per block); a chunk slice whose in-block
+    gate range exceeds RANGE_MAX is summed exactly, column by column.
     Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), dg [TT, HV, K] in g's dtype,
     dbeta_k [NK, TT, HV] fp32 (the beta gradient through w and L, before the sigmoid), per-chunk partials
     dA_log_part [NK, NT, HV] and ddt_bias_part [NT, HV, K] fp32.
@@ -366,172 +366,139 @@ def _kda_intra_bwd_kernel(
     NC: tl.constexpr = BT // BC
     o_t = tl.arange(0, BT)
     m_t = o_t < n_valid
+    blk = o_t // BC
     o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
+    m_tk = m_t[:, None] & m_k[None, :]
     p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
     p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
 
-    # whole-chunk tiles of this K slice (the intra-chunk sums need every row)
+    b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
+                       HAS_A_LOG, HAS_DT_BIAS)
+    b_Gl = tl.load(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, mask=m_k, other=0.0)
     p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    p_G = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    b_rk = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)
     b_b = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
     b_qn = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
     b_qn *= (tl.load(rstd_q + p_row_hv, mask=m_t, other=0.0) * scale)[:, None]
-    b_kn = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rk[:, None]
-    b_kbn = b_kn * b_b[:, None]
-    b_G = tl.load(p_G, boundary_check=(0, 1))
-    b_Gl = tl.load(gcum + ((bos + t0 + n_valid - 1) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
-    b_kg = tl.where(m_t[:, None], b_kn * tl.exp2(b_Gl[None, :] - b_G), 0.0)
+    b_kn = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)[:, None]
+    b_eG = tl.where(m_tk, tl.exp2(b_G), 0.0)
+    b_eGl = tl.where(m_tk, tl.exp2(b_Gl[None, :] - b_G), 0.0)
 
-    # gradient of G_last through the state decay and kg: 2^G_last rowsum(S dS) + colsum((v_new dS^T) kg)
-    b_dGl = tl.zeros((BK,), dtype=tl.float32)
+    # the state side: do S^T, v_new dS^T, X = Akk^T dw = -dvb S^T, and rowsum(S dS) for the G_last gradient
+    b_dqg = tl.zeros((BT, BK), dtype=tl.float32)
+    b_dkg = tl.zeros((BT, BK), dtype=tl.float32)
+    b_X = tl.zeros((BT, BK), dtype=tl.float32)
+    b_SdS = tl.zeros((BK,), dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_kv = m_k[:, None] & (o_v < V)[None, :]
-        off_h = _state_offsets(o_k, o_v, K, V, V_FIRST)
-        b_S = tl.load(h + p_state + off_h, mask=m_kv, other=0.0)
+        b_S = tl.load(h + p_state + _state_offsets(o_k, o_v, K, V, V_FIRST), mask=m_kv, other=0.0)
         b_dS = tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+        p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        b_dkg = tl.dot(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32), tl.trans(b_dS), input_precision=PREC)
-        b_dGl += tl.sum(b_S * b_dS, axis=1) * tl.exp2(b_Gl) + tl.sum(b_dkg * b_kg, axis=0)
+        p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        b_St = tl.trans(b_S)
+        b_dqg += tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_St, input_precision=PREC)
+        b_dkg += tl.dot(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32), tl.trans(b_dS), input_precision=PREC)
+        b_X -= tl.dot(tl.load(p_dvb, boundary_check=(0, 1)), b_St, input_precision=PREC)
+        b_SdS += tl.sum(b_S * b_dS, axis=1)
+    b_dGl = b_SdS * tl.exp2(b_Gl) + tl.sum(b_dkg * b_kn * b_eGl, axis=0)
+    b_XeG = b_X * b_eG
+    b_dqn = b_dqg * b_eG
+    b_dkn = b_XeG * b_b[:, None] + b_dkg * b_eGl
+    b_dG = b_kn * (b_XeG * b_b[:, None] - b_dkg * b_eGl) + b_dqn * b_qn
+    b_dbk = tl.sum(b_XeG * b_kn, axis=1)
 
+    # the intra-chunk sums Rq, RL (rows) and C (columns), each folded in as soon as it is complete
+    p_dA = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
+    p_dL = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
+    b_Ganc = tl.zeros((BT, BK), dtype=tl.float32)
+    for r in tl.static_range(NC):
+        b_Ganc += tl.where((blk == r)[:, None], tl.sum(tl.where((o_t == r * BC)[:, None], b_G, 0.0), 0)[None, :], 0.0)
+    if tl.max(tl.max(tl.where(m_tk, b_Ganc - b_G, 0.0), axis=1), axis=0) > RANGE_MAX:
+        b_Rq, b_RL, b_C = _intra_sums_exact(tl.load(p_dA, boundary_check=(0, 1)), tl.load(p_dL, boundary_check=(0, 1)),
+                                            b_qn, b_kn, b_kn * b_b[:, None], b_G, BT)
+    else:
+        # 2^(G_i - G_j) = 2^(G_i - Ga) 2^(Ga - G_j) with Ga the anchor of block r: the first factor <= 1 for the
+        # block's rows, the second <= 1 for columns before the block and <= 2^RANGE_MAX inside it
+        b_dA = tl.load(p_dA, boundary_check=(0, 1))
+        b_dL = tl.load(p_dL, boundary_check=(0, 1))
+        b_Rq = tl.zeros((BT, BK), dtype=tl.float32)
+        b_RL = tl.zeros((BT, BK), dtype=tl.float32)
+        for r in tl.static_range(NC):
+            rows = (blk == r)[:, None]
+            b_Ga = tl.sum(tl.where((o_t == r * BC)[:, None], b_G, 0.0), 0)
+            b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)),
+                            0.0)
+            b_Rq = tl.dot(tl.where(rows, b_dA, 0.0), b_kc, b_Rq, input_precision=PREC)
+            b_RL = tl.dot(tl.where(rows, b_dL, 0.0), b_kc, b_RL, input_precision=PREC)
+        b_eA = tl.where(m_tk, tl.exp2(b_G - b_Ganc), 0.0)
+        b_Rq *= b_eA
+        b_RL *= b_eA
+        # dAqk / dL transposed: rows j, columns i
+        p_dAt = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (0, t0), (BT, BT), (0, 1))
+        p_dLt = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (0, t0), (BT, BT), (0, 1))
+        b_dAt = tl.load(p_dAt, boundary_check=(0, 1))
+        b_dLt = tl.load(p_dLt, boundary_check=(0, 1))
+        b_C = tl.zeros((BT, BK), dtype=tl.float32)
+        for r in tl.static_range(NC):
+            rows = (blk == r)[:, None]
+            b_Ga = tl.sum(tl.where((o_t == r * BC)[:, None], b_G, 0.0), 0)
+            b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
+            b_C = tl.dot(tl.where(rows, b_dAt, 0.0), b_qn * b_f, b_C, input_precision=PREC)
+            b_C = tl.dot(tl.where(rows, b_dLt, 0.0), b_kn * b_b[:, None] * b_f, b_C, input_precision=PREC)
+        b_C *= tl.where(m_tk, tl.exp2(tl.minimum(b_Ganc - b_G, RANGE_MAX)), 0.0)
+    b_dqn += b_Rq
+    b_dkn += b_RL * b_b[:, None] + b_C
+    b_dG += b_qn * b_Rq + b_kn * (b_RL * b_b[:, None] - b_C)
+    b_dbk += tl.sum(b_kn * b_RL, axis=1)
+    b_dG = tl.where(m_tk, b_dG + tl.where((o_t == n_valid - 1)[:, None], b_dGl[None, :], 0.0), 0.0)
+    tl.store(dbeta_k + (i_k * TT + bos + t0 + o_t).to(tl.int64) * HV + i_hv, b_dbk, mask=m_t)
+
+    # the chunk cumsum in reverse, then the gate activation
+    b_dg = tl.cumsum(b_dG, axis=0, reverse=True)
+    p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     if GATE > 0:
+        b_x = tl.load(p_g, boundary_check=(0, 1)).to(tl.float32)
+        if HAS_DT_BIAS:
+            b_x += tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
         if HAS_A_LOG:
             a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
         else:
             a = 1.0
-    b_dal = tl.zeros((BC,), dtype=tl.float32)
-    b_ddt = tl.zeros((BK,), dtype=tl.float32)
-    b_carry = tl.zeros((BK,), dtype=tl.float32)
-    o_c = tl.arange(0, BC)
-    for rr in range(NC):
-        r = NC - 1 - rr
-        s0 = t0 + r * BC
-        o_r = r * BC + o_c
-        m_r = o_r < n_valid
-        m_rk = m_r[:, None] & m_k[None, :]
-        p_rows = (bos + s0 + o_c).to(tl.int64) * HV + i_hv
-        b_rq_r = tl.load(rstd_q + p_rows, mask=m_r, other=0.0)
-        b_rk_r = tl.load(rstd_k + p_rows, mask=m_r, other=0.0)
-        b_b_r = tl.load(beta_act + p_rows, mask=m_r, other=0.0)
-        p_qr = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-        p_kr = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-        p_Gr = tl.make_block_ptr(gcum + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK),
-                                 (1, 0))
-        b_qn_r = tl.load(p_qr, boundary_check=(0, 1)).to(tl.float32) * (b_rq_r * scale)[:, None]
-        b_kn_r = tl.load(p_kr, boundary_check=(0, 1)).to(tl.float32) * b_rk_r[:, None]
-        b_kbn_r = b_kn_r * b_b_r[:, None]
-        b_G_r = tl.load(p_Gr, boundary_check=(0, 1))
-        b_eG_r = tl.exp2(b_G_r)
-        b_eGl_r = tl.where(m_r[:, None], tl.exp2(b_Gl[None, :] - b_G_r), 0.0)
-
-        # this block's rows of do S^T, v_new dS^T and X = Akk^T dw = -dvb S^T
-        b_dqg = tl.zeros((BC, BK), dtype=tl.float32)
-        b_dkg = tl.zeros((BC, BK), dtype=tl.float32)
-        b_X = tl.zeros((BC, BK), dtype=tl.float32)
-        for i_v in range(tl.cdiv(V, BV)):
-            o_v = i_v * BV + tl.arange(0, BV)
-            m_kv = m_k[:, None] & (o_v < V)[None, :]
-            off_h = _state_offsets(o_k, o_v, K, V, V_FIRST)
-            b_St = tl.trans(tl.load(h + p_state + off_h, mask=m_kv, other=0.0))
-            b_dSt = tl.trans(tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0))
-            p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV),
-                                     (1, 0))
-            p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV),
-                                     (1, 0))
-            p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV),
-                                      (1, 0))
-            b_dqg += tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_St, input_precision=PREC)
-            b_dkg += tl.dot(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32), b_dSt, input_precision=PREC)
-            b_X -= tl.dot(tl.load(p_dvb, boundary_check=(0, 1)), b_St, input_precision=PREC)
-
-        # the intra-chunk sums for rows (Rq, RL) and columns (C) of this block
-        p_dAr = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, 0), (BC, BT), (1, 0))
-        p_dLr = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, 0), (BC, BT), (1, 0))
-        p_dAc = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, r * BC), (BT, BC),
-                                  (1, 0))
-        p_dLc = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, r * BC), (BT, BC), (1, 0))
-        b_dAr = tl.load(p_dAr, boundary_check=(0, 1))
-        b_dLr = tl.load(p_dLr, boundary_check=(0, 1))
-        b_dAc = tl.load(p_dAc, boundary_check=(0, 1))
-        b_dLc = tl.load(p_dLc, boundary_check=(0, 1))
-        b_Ga = tl.load(gcum + ((bos + s0) * HV + i_hv) * K + o_k, mask=m_k & (r * BC < n_valid), other=0.0)
-        if tl.max(tl.max(tl.where(m_rk, b_Ga[None, :] - b_G_r, 0.0), axis=1), axis=0) > RANGE_MAX:
-            b_Rq, b_RL, b_C = _intra_sums_exact(b_dAr, b_dLr, b_dAc, b_dLc, b_qn, b_kn, b_kbn, b_G, b_G_r, r, BT, BC)
-        else:
-            # 2^(G_i - G_j) = 2^(G_i - Ga) 2^(Ga - G_j): the first factor <= 1 for rows i >= anchor, the second
-            # <= 1 for columns before the block and <= 2^RANGE_MAX inside it
-            b_kc = tl.where((o_t < (r + 1) * BC)[:, None],
-                            b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)), 0.0)
-            b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
-            b_Rq = tl.dot(b_dAr, b_kc, input_precision=PREC) * b_eA
-            b_RL = tl.dot(b_dLr, b_kc, input_precision=PREC) * b_eA
-            b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
-            b_C = tl.dot(tl.trans(b_dAc), b_qn * b_f, input_precision=PREC)
-            b_C += tl.dot(tl.trans(b_dLc), b_kbn * b_f, input_precision=PREC)
-            b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
-
-        b_dqn = b_dqg * b_eG_r + b_Rq
-        b_dkn = b_X * b_b_r[:, None] * b_eG_r + b_dkg * b_eGl_r + b_RL * b_b_r[:, None] + b_C
-        b_dG = (b_X * b_kbn_r * b_eG_r + b_dqg * b_qn_r * b_eG_r - b_dkg * b_kn_r * b_eGl_r
-                + b_qn_r * b_Rq + b_kbn_r * b_RL - b_kn_r * b_C)
-        b_dG = tl.where(m_rk, b_dG + tl.where((o_r == n_valid - 1)[:, None], b_dGl[None, :], 0.0), 0.0)
-        p_dbk = (i_k * TT + bos + s0 + o_c).to(tl.int64) * HV + i_hv
-        tl.store(dbeta_k + p_dbk, tl.sum(b_X * b_kn_r * b_eG_r + b_kn_r * b_RL, axis=1), mask=m_r)
-
-        # the chunk cumsum in reverse (carry = sum of dG over the later blocks) and the gate activation
-        b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + b_carry[None, :]
-        b_carry += tl.sum(b_dG, axis=0)
-        if GATE > 0:
-            p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-            b_x = tl.load(p_g, boundary_check=(0, 1)).to(tl.float32)
-            if HAS_DT_BIAS:
-                b_x += tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
-            b_dg, b_da = kda_gate_act_bwd(b_x, a, lower_bound, b_dg, GATE)
-            b_dg = tl.where(m_rk, b_dg, 0.0)
-            b_dal += tl.sum(tl.where(m_rk, b_da, 0.0), axis=1)
-            b_ddt += tl.sum(b_dg, axis=0)
-        p_dg = tl.make_block_ptr(dg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-        p_dq = tl.make_block_ptr(dq + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-        p_dk = tl.make_block_ptr(dk + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-        tl.store(p_dg, b_dg.to(p_dg.dtype.element_ty), boundary_check=(0, 1))
-        tl.store(p_dq, b_dqn * scale, boundary_check=(0, 1))
-        tl.store(p_dk, b_dkn, boundary_check=(0, 1))
-    if HAS_A_LOG:
-        tl.store(dA_log_part + (i_k * NT + i_t) * HV + i_hv, tl.sum(b_dal, axis=0) * a)
-    if HAS_DT_BIAS:
-        tl.store(ddt_bias_part + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_ddt, mask=m_k)
+        b_dg, b_da = kda_gate_act_bwd(b_x, a, lower_bound, b_dg, GATE)
+        b_dg = tl.where(m_tk, b_dg, 0.0)
+        if HAS_A_LOG:
+            tl.store(dA_log_part + (i_k * NT + i_t) * HV + i_hv, tl.sum(tl.sum(tl.where(m_tk, b_da, 0.0), 1), 0) * a)
+        if HAS_DT_BIAS:
+            tl.store(ddt_bias_part + (i_t * HV + i_hv).to(tl.int64) * K + o_k, tl.sum(b_dg, axis=0), mask=m_k)
+    p_dg = tl.make_block_ptr(dg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    p_dq = tl.make_block_ptr(dq + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    p_dk = tl.make_block_ptr(dk + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    tl.store(p_dg, b_dg.to(p_dg.dtype.element_ty), boundary_check=(0, 1))
+    tl.store(p_dq, b_dqn * scale, boundary_check=(0, 1))
+    tl.store(p_dk, b_dkn, boundary_check=(0, 1))
 
 
 @triton.jit
-def _intra_sums_exact(b_dAr, b_dLr, b_dAc, b_dLc, b_qn, b_kn, b_kbn, b_G, b_G_r, r, BT: tl.constexpr,
-                      BC: tl.constexpr):
-    """The intra-chunk sums of `_kda_intra_bwd_kernel` for block r, exact for any gate range (column by column):
-    rows Rq, RL [BC, BK] from the block's rows of dAqk / dL (b_dAr, b_dLr [BC, BT]); columns C [BC, BK] from their
-    columns (b_dAc, b_dLc [BT, BC]); b_qn, b_kn, b_kbn, b_G [BT, BK] whole chunk, b_G_r [BC, BK] the block's rows."""
+def _intra_sums_exact(b_dA, b_dL, b_qn, b_kn, b_kbn, b_G, BT: tl.constexpr):
+    """The intra-chunk sums Rq, RL, C [BT, BK] of `_kda_intra_bwd_kernel`, exact for any gate range (column by
+    column) from dAqk, dL [BT, BT] and the chunk's qn, kn, kbn, G [BT, BK]."""
     o_t = tl.arange(0, BT)
-    o_c = tl.arange(0, BC)
-    o_r = r * BC + o_c
-    b_Rq = tl.zeros(b_G_r.shape, dtype=tl.float32)
-    b_RL = tl.zeros(b_G_r.shape, dtype=tl.float32)
-    for j in range((r + 1) * BC):
+    b_Rq = tl.zeros(b_G.shape, dtype=tl.float32)
+    b_RL = tl.zeros(b_G.shape, dtype=tl.float32)
+    b_C = tl.zeros(b_G.shape, dtype=tl.float32)
+    for j in range(BT):
         sel = (o_t == j)[:, None]
         b_Gj = tl.sum(tl.where(sel, b_G, 0.0), axis=0)
+        b_E = tl.where((o_t >= j)[:, None], tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
+        b_a = tl.sum(tl.where((o_t == j)[None, :], b_dA, 0.0), axis=1)
+        b_l = tl.sum(tl.where((o_t == j)[None, :], b_dL, 0.0), axis=1)
         b_knj = tl.sum(tl.where(sel, b_kn, 0.0), axis=0)
-        b_E = tl.where((o_r >= j)[:, None], tl.exp2(tl.minimum(b_G_r - b_Gj[None, :], 0.0)), 0.0)
-        b_Rq += tl.sum(tl.where((o_t == j)[None, :], b_dAr, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
-        b_RL += tl.sum(tl.where((o_t == j)[None, :], b_dLr, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
-    b_C = tl.zeros(b_G_r.shape, dtype=tl.float32)
-    for jj in range(BC):
-        sel = (o_c == jj)[:, None]
-        b_Gj = tl.sum(tl.where(sel, b_G_r, 0.0), axis=0)
-        b_E = tl.where((o_t >= r * BC + jj)[:, None], tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
-        b_a = tl.sum(tl.where((o_c == jj)[None, :], b_dAc, 0.0), axis=1)
-        b_l = tl.sum(tl.where((o_c == jj)[None, :], b_dLc, 0.0), axis=1)
-        b_cj = tl.sum((b_a[:, None] * b_qn + b_l[:, None] * b_kbn) * b_E, axis=0)
-        b_C += tl.where(sel, b_cj[None, :], 0.0)
+        b_Rq += b_a[:, None] * b_knj[None, :] * b_E
+        b_RL += b_l[:, None] * b_knj[None, :] * b_E
+        b_C += tl.where(sel, tl.sum((b_a[:, None] * b_qn + b_l[:, None] * b_kbn) * b_E, axis=0)[None, :], 0.0)
     return b_Rq, b_RL, b_C
 
 
@@ -565,9 +532,10 @@ class WYBwdOut(NamedTuple):
     dbeta: torch.Tensor     # [TT, HV] fp32, the beta gradient through u (before the sigmoid)
 
 
-def wy_bwd(k, v, gcum, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int, *, state_v_first: bool,
-           prec: str) -> WYBwdOut:
-    """Launch `_kda_wy_bwd_kernel` on the (NT, HV) grid; shapes as in its docstring (contiguous, flattened)."""
+def wy_bwd(k, v, g, A_log, dt_bias, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int, *, gate: int,
+           lower_bound: float | None, state_v_first: bool, prec: str) -> WYBwdOut:
+    """Launch `_kda_wy_bwd_kernel` on the (NT, HV) grid; shapes as in its docstring (contiguous, flattened);
+    A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr."""
     TT, H, K = k.shape
     HV, V = v.shape[1], v.shape[2]
     cfg = wy_bwd_config(arch_of(k.device), K, V)
@@ -575,8 +543,10 @@ def wy_bwd(k, v, gcum, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: in
     out = WYBwdOut(dv=torch.empty_like(v), dvb=torch.empty(TT, HV, V, **f32), dAqk=torch.empty(TT, HV, BT, **f32),
                    dL=torch.empty(TT, HV, BT, **f32), dbeta=torch.empty(TT, HV, **f32))
     _kda_wy_bwd_kernel[(plan.NT, HV)](
-        k, v, gcum, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens, plan.chunk_indices,
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, PREC=prec,
+        k, v, g, A_log if A_log is not None else k, dt_bias if dt_bias is not None else k, rstd_k, beta_act, Akk, h,
+        v_new, dv_new, do, *out, plan.cu_seqlens, plan.chunk_indices, lower_bound if lower_bound is not None else 0.0,
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
+        HAS_DT_BIAS=gate > 0 and dt_bias is not None, V_FIRST=state_v_first, PREC=prec,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
@@ -591,7 +561,7 @@ class IntraBwdOut(NamedTuple):
     ddt_bias_part: torch.Tensor | None  # [NT, HV, K] fp32 per-chunk partials of ddt_bias (with dt_bias)
 
 
-def intra_bwd(q, k, g, A_log, dt_bias, gcum, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
+def intra_bwd(q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
               scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
               prec: str) -> IntraBwdOut:
     """Launch `_kda_intra_bwd_kernel` on the (NT, HV, NK) grid; shapes as in its docstring (contiguous, flattened
@@ -610,7 +580,7 @@ def intra_bwd(q, k, g, A_log, dt_bias, gcum, rstd_q, rstd_k, beta_act, h, dh, v_
     )
     _kda_intra_bwd_kernel[(plan.NT, HV, NK)](
         q, k, g, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
-        gcum, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL,
+        gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL,
         *(x if x is not None else out.dq for x in out),
         plan.cu_seqlens, plan.chunk_indices, scale, lower_bound if lower_bound is not None else 0.0, TT, plan.NT,
         H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,

@@ -1,6 +1,7 @@
-"""Backward (and forward) component timings and launch-configuration sweeps on one shape; see NOTES.md.
+"""Backward component timings and launch-configuration sweeps on one shape; see NOTES.md.
 
-Run on the device from the repo root: python3 docs/benchmarks/scripts/bwd_components.py
+Run on the device from the repo root: python3 docs/benchmarks/scripts/bwd_components.py [--e2e-only]
+(--e2e-only: end-to-end fwd, fwd+bwd and peak memory only, e.g. for an older checkout on PYTHONPATH)
 """
 import os, sys, time
 sys.path.insert(0, os.getcwd())
@@ -50,32 +51,27 @@ t = time.time(); fb(); torch.cuda.synchronize(); print(f"first fwdbwd call {time
 tryb("E2E fwd+bwd", fb)
 torch.cuda.reset_peak_memory_stats(); fb(); print(f"peak mem fwd+bwd {torch.cuda.max_memory_allocated()/2**30:.2f} GiB", flush=True)
 
+if "--e2e-only" in sys.argv:
+    sys.exit(0)
+
 # backward components
 intra = intra_fwd(q, k, v, g, beta, A_log, dt_bias, 0.088, plan, BT, **kw, store_aux=True)
 st = state_fwd(intra, None, plan, BT, V, output_final_state=False, state_v_first=False, store_h=True, store_v_new=True, h_dtype=torch.float32)
 dof = do.view(B*T, HV, V).contiguous()
-tryb("intra_fwd aux (default)", lambda: intra_fwd(q, k, v, g, beta, A_log, dt_bias, 0.088, plan, BT, **kw, store_aux=True))
-tryb("state_fwd h+vnew (default)", lambda: state_fwd(intra, None, plan, BT, V, output_final_state=False, state_v_first=False, store_h=True, store_v_new=True, h_dtype=torch.float32))
+tryb("intra_fwd no aux", lambda: intra_fwd(q, k, v, g, beta, A_log, dt_bias, 0.088, plan, BT, **kw))
+tryb("intra_fwd aux", lambda: intra_fwd(q, k, v, g, beta, A_log, dt_bias, 0.088, plan, BT, **kw, store_aux=True))
+tryb("state_fwd h+vnew", lambda: state_fwd(intra, None, plan, BT, V, output_final_state=False, state_v_first=False, store_h=True, store_v_new=True, h_dtype=torch.float32))
 sb = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32")
-tryb("state_bwd (default)", lambda: state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32"))
-fw = lambda: ti.wy_bwd(k, v, intra.gcum, intra.rstd_k, intra.beta, intra.Akk, st.h, st.v_new, sb.dv_new, dof, plan, BT, state_v_first=False, prec="tf32")
-for BK, BV, nw in [(64, 64, 4), (64, 64, 8), (32, 64, 8), (64, 32, 8), (128, 64, 8)]:
-    ti.wy_bwd_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=BV, num_warps=nw, num_stages=1): c
-    tryb(f"wy_bwd BK{BK} BV{BV} w{nw}", fw)
+tryb("state_bwd", lambda: state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32"))
+fw = lambda: ti.wy_bwd(k, v, g, A_log, dt_bias, intra.rstd_k, intra.beta, intra.Akk, st.h, st.v_new, sb.dv_new, dof, plan, BT, gate=2, lower_bound=-5.0, state_v_first=False, prec="tf32")
+for BK, BV, nw, ns in [(64, 64, 4, 1), (64, 64, 8, 1), (32, 64, 4, 1), (64, 32, 4, 1), (64, 64, 4, 2)]:
+    ti.wy_bwd_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=BV, num_warps=nw, num_stages=ns): c
+    tryb(f"wy_bwd BK{BK} BV{BV} w{nw} s{ns}", fw)
 ti.wy_bwd_config = C.wy_bwd_config
 wy = fw()
-for BK, BV, nw, ns in [(32, 64, 4, 1), (32, 64, 8, 1), (64, 64, 8, 1), (64, 64, 4, 1), (32, 64, 4, 2), (64, 64, 8, 2)]:
+for BK, BV, nw, ns in [(64, 64, 8, 2), (64, 64, 8, 1), (32, 64, 8, 2), (32, 64, 8, 1), (32, 32, 4, 1), (64, 32, 8, 1), (16, 64, 4, 1)]:
     ti.intra_bwd_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=BV, num_warps=nw, num_stages=ns): c
-    tryb(f"intra_bwd BK{BK} BV{BV} w{nw} s{ns}", lambda: ti.intra_bwd(q, k, g, A_log, dt_bias, intra.gcum, intra.rstd_q, intra.rstd_k, intra.beta, st.h, sb.dh, st.v_new, wy, dof, 0.088, plan, BT, gate=2, lower_bound=-5.0, state_v_first=False, prec="tf32"))
+    tryb(f"intra_bwd BK{BK} BV{BV} w{nw} s{ns}", lambda: ti.intra_bwd(q, k, g, A_log, dt_bias, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, st.h, sb.dh, st.v_new, wy, dof, 0.088, plan, BT, gate=2, lower_bound=-5.0, state_v_first=False, prec="tf32"))
 ti.intra_bwd_config = C.intra_bwd_config
 dpart = torch.randn(B*T, HV, K, device=dev)
 tryb("qk_bwd (one of q/k)", lambda: qk_bwd(q, dpart, use_qk_l2norm_in_kernel=True))
-
-# forward variants
-for BK, nw in [(32, 4), (32, 8), (16, 8), (64, 8)]:
-    cf.intra_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=64, num_warps=nw, num_stages=1): c
-    tryb(f"intra_fwd BK{BK} w{nw}", lambda: intra_fwd(q, k, v, g, beta, A_log, dt_bias, 0.088, plan, BT, **kw))
-cf.intra_config = C.intra_config
-for BV, nw, ns in [(64, 4, 2), (64, 4, 3), (64, 8, 2), (64, 8, 3), (32, 8, 3), (128, 8, 2)]:
-    cf.state_config = lambda arch, K, V, es, c=C.StateConfig(BV=BV, num_warps=nw, num_stages=ns): c
-    tryb(f"state_fwd BV{BV} w{nw} s{ns}", lambda: state_fwd(intra, None, plan, BT, V, output_final_state=True, state_v_first=False, store_h=False, store_v_new=False, h_dtype=q.dtype))
