@@ -399,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
                 for row in rows:
                     log(describe(row))
     if args.tune_cache:
-        log(f"autotune results: {restored} restored from, {tune_cache.save(args.tune_cache)} saved to {args.tune_cache}")
+        saved = tune_cache.save(args.tune_cache)
+        log(f"autotune results: {restored} restored from, {saved} saved to {args.tune_cache}")
     notes = report.write_plots(bench, out) if bench else []
     write_markdown(md, checks, bench, notes)
     files = [jsonl, md] + sorted(out.glob("*.png"))

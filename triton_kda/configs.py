@@ -89,12 +89,22 @@ def wy_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
 
 
 def intra_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
-    """The chunk-local backward (one program per chunk, v-head and K slice of BK; BC-row blocks as the forward)."""
+    """The chunk-local backward (one program per BC-row block of a chunk, v-head and K slice of BK)."""
     if arch == 0:
         return IntraConfig(BC=16, BK=min(32, _kpad(K)), BV=min(32, _kpad(V)), num_warps=4, num_stages=1)
-    # H100 B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 64 / 8 warps / 2 stages 8.1 ms,
-    # BK 32 / 4 warps / 1 stage 10.8 ms, BK 32 / 8 warps 12.5 ms
-    return IntraConfig(BC=16, BK=min(64, _kpad(K)), BV=min(64, _kpad(V)), num_warps=8, num_stages=2)
+    # H100 B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 64 / BV 64 / 4 warps 5.08 ms, BK 32 / 4 warps 7.68,
+    # BK 32 + 2 stages 6.53, BK 64 / 8 warps 8.32, BK 32 / 8 warps 15.4
+    return IntraConfig(BC=16, BK=min(64, _kpad(K)), BV=min(64, _kpad(V)), num_warps=4, num_stages=1)
+
+
+class GateBwdConfig(NamedTuple):
+    BK: int        # K slice width
+    num_warps: int
+
+
+def gate_bwd_config(arch: int, K: int) -> GateBwdConfig:
+    """The gate backward (one program per chunk, v-head and K slice: a reverse cumsum and elementwise work)."""
+    return GateBwdConfig(BK=min(32 if arch == 0 else 64, _kpad(K)), num_warps=4)
 
 
 def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
@@ -146,6 +156,7 @@ _DTYPES = {"bf16": ("bf16", True), "fp16": ("fp16", False), "fp32": ("fp32", Fal
 def compile_specs(arch: int) -> list[CompileSpec]:
     """Every (kernel, launch configuration) the dispatcher can pick on `arch`, for ahead-of-time compilation."""
     from triton_kda.intra import (
+        _kda_gate_bwd_kernel,
         _kda_intra_bwd_kernel,
         _kda_intra_fwd_kernel,
         _kda_qk_bwd_kernel,
@@ -197,16 +208,23 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 specs.append(CompileSpec(f"wy_bwd K{K} V{V} BT{BT} {dname}", _kda_wy_bwd_kernel, sig, ce,
                                          wc.num_warps, wc.num_stages))
                 bc = intra_bwd_config(arch, K, V)
-                sig = {n: f"*{ty}" for n in ("q", "k", "g", "v_new", "do", "dg")}
+                sig = {n: f"*{ty}" for n in ("q", "k", "g", "v_new", "do")}
                 sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "gl", "rstd_q", "rstd_k", "beta_act", "h",
-                                                 "dh", "dvb", "dAqk", "dL", "dq", "dk", "dbeta_k", "dA_log_part",
-                                                 "ddt_bias_part")})
+                                                 "dh", "dvb", "dAqk", "dL", "dq", "dk", "dG", "dbeta_k", "dGl_part")})
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "lower_bound": "fp32",
-                            "TT": "i32", "NT": "i32"})
+                            "TT": "i32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=bc.BC, BK=bc.BK, BV=bc.BV, GATE=2, HAS_A_LOG=True,
                           HAS_DT_BIAS=True, V_FIRST=False, PREC=prec)
                 specs.append(CompileSpec(f"intra_bwd K{K} V{V} BT{BT} {dname}", _kda_intra_bwd_kernel, sig, ce,
                                          bc.num_warps, bc.num_stages))
+                gc = gate_bwd_config(arch, K)
+                sig = {"g": f"*{ty}", "dg": f"*{ty}"}
+                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "dG", "dGl_part", "dA_log_part",
+                                                 "ddt_bias_part")})
+                sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "lower_bound": "fp32", "NT": "i32"})
+                ce = dict(HV=8, K=K, BT=BT, NC=BT // bc.BC, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True)
+                specs.append(CompileSpec(f"gate_bwd K{K} BT{BT} {dname}", _kda_gate_bwd_kernel, sig, ce,
+                                         gc.num_warps, 1))
                 specs += _cp_specs(arch, K, V, BT, dname, ty, is_bf16, prec)
             sig = {"x": f"*{ty}", "dx_part": "*fp32", "dx": f"*{ty}", "TT": "i32"}
             ce = dict(H=4, G=2, K=K, BT=32, BK=_kpad(K), USE_L2NORM=True)

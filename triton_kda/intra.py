@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda.configs import _kpad, arch_of, intra_bwd_config, wy_bwd_config
+from triton_kda.configs import _kpad, arch_of, gate_bwd_config, intra_bwd_config, wy_bwd_config
 from triton_kda.gate import kda_gate_act, kda_gate_act_bwd
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -334,130 +334,189 @@ def _kda_wy_bwd_kernel(
 @triton.jit
 def _kda_intra_bwd_kernel(
     q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
-    dq, dk, dg, dbeta_k, dA_log_part, ddt_bias_part,
-    cu_seqlens, chunk_indices, scale, lower_bound, TT, NT,
+    dq, dk, dG, dbeta_k, dGl_part,
+    cu_seqlens, chunk_indices, scale, lower_bound, TT,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, V_FIRST: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    """Chunk-local backward of one K slice: one program per (chunk, v-head, K slice), the whole chunk at once.
+    """Chunk-local backward of one BC-row block and K slice: one program per (chunk x block, v-head, K slice).
 
     q, k [TT, H, K]; g [TT, HV, K] (raw); gl [NT, HV, K] fp32 (G of each chunk's last token, log2 units); rstd_q,
     rstd_k, beta_act [TT, HV] fp32; h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST); dh [NT, HV, K, V] fp32;
     v_new, do [TT, HV, V]; dvb [TT, HV, V], dAqk, dL [TT, HV, BT] fp32 from `_kda_wy_bwd_kernel`. With S = h[c],
     dS = dh[c], G the gate cumsum (recomputed as the forward does), qn = scale rstd_q q, kn = rstd_k k,
-    kbn = beta kn, and the sums over j <= i of the chunk
+    kbn = beta kn, and for the block's rows i / columns j the sums over j <= i of the chunk
         Rq_i = sum_j dAqk_ij kn_j 2^(G_i - G_j),  RL_i = sum_j dL_ij kn_j 2^(G_i - G_j),
         C_j  = sum_i (dAqk_ij qn_i + dL_ij kbn_i) 2^(G_i - G_j),
-    dqn = (do S^T) 2^G + Rq,  dkn = X beta 2^G + (v_new dS^T) 2^(G_last - G) + beta RL + C  (X = -dvb S^T), and dG
-    from the same terms; dg = reverse cumsum of dG through the gate activation. The sums use the forward's anchored
-    factorisation (anchor = first row of each BC-row block, one product per block); a chunk slice whose in-block
-    gate range exceeds RANGE_MAX is summed exactly, column by column.
-    Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), dg [TT, HV, K] in g's dtype,
-    dbeta_k [NK, TT, HV] fp32 (the beta gradient through w and L, before the sigmoid), per-chunk partials
-    dA_log_part [NK, NT, HV] and ddt_bias_part [NT, HV, K] fp32.
+    dqn = (do S^T) 2^G + Rq,  dkn = X beta 2^G + (v_new dS^T) 2^(G_last - G) + beta RL + C  (X = -dvb S^T), and
+    dG, the gradient of G, from the same terms. The sums use the forward's anchored factorisation (anchor = the
+    block's first row); a block whose gate range exceeds RANGE_MAX is summed exactly, column by column.
+    Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), dG [TT, HV, K] fp32, dbeta_k
+    [NK, TT, HV] fp32 (the beta gradient through w and L, before the sigmoid) and dGl_part [NT, NC, HV, K] fp32
+    (this block's part of the gradient of G_last, which reaches every row of the chunk through the cumsum).
     """
-    i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_tc, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    NC: tl.constexpr = BT // BC
+    i_t, r = i_tc // NC, i_tc % NC
     i_h = i_hv // (HV // H)
     bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
     t0 = i_c * BT
+    s0 = t0 + r * BC
     n_valid = tl.minimum(T - t0, BT)
-    NC: tl.constexpr = BT // BC
     o_t = tl.arange(0, BT)
     m_t = o_t < n_valid
-    blk = o_t // BC
+    o_c = tl.arange(0, BC)
+    m_r = r * BC + o_c < n_valid
     o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
-    m_tk = m_t[:, None] & m_k[None, :]
+    m_rk = m_r[:, None] & m_k[None, :]
     p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
+    p_rows = (bos + s0 + o_c).to(tl.int64) * HV + i_hv
     p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
 
+    # the whole chunk's G, kn, qn and kbn (the sums reach every row), then this block's rows
     b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
                        HAS_A_LOG, HAS_DT_BIAS)
+    b_G_r = tl.sum(tl.where((tl.arange(0, NC) == r)[:, None, None], tl.reshape(b_G, (NC, BC, BK)), 0.0), axis=0)
+    b_Ga = tl.sum(tl.where((o_c == 0)[:, None], b_G_r, 0.0), axis=0)
     b_Gl = tl.load(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, mask=m_k, other=0.0)
     p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    b_b = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
+    b_kn = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)[:, None]
+    p_qr = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    p_kr = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    b_qn_r = tl.load(p_qr, boundary_check=(0, 1)).to(tl.float32)
+    b_qn_r *= (tl.load(rstd_q + p_rows, mask=m_r, other=0.0) * scale)[:, None]
+    b_kn_r = tl.load(p_kr, boundary_check=(0, 1)).to(tl.float32)
+    b_kn_r *= tl.load(rstd_k + p_rows, mask=m_r, other=0.0)[:, None]
+    b_b_r = tl.load(beta_act + p_rows, mask=m_r, other=0.0)
+
+    # rows of dAqk / dL (block rows i, all columns) and columns (rows j of the transposes)
+    p_dA = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, 0), (BC, BT), (1, 0))
+    p_dL = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, 0), (BC, BT), (1, 0))
+    p_dAt = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, t0), (BC, BT), (0, 1))
+    p_dLt = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, t0), (BC, BT), (0, 1))
+    b_dA = tl.load(p_dA, boundary_check=(0, 1))
+    b_dL = tl.load(p_dL, boundary_check=(0, 1))
+    b_dAt = tl.load(p_dAt, boundary_check=(0, 1))
+    b_dLt = tl.load(p_dLt, boundary_check=(0, 1))
     b_qn = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
     b_qn *= (tl.load(rstd_q + p_row_hv, mask=m_t, other=0.0) * scale)[:, None]
-    b_kn = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)[:, None]
-    b_eG = tl.where(m_tk, tl.exp2(b_G), 0.0)
-    b_eGl = tl.where(m_tk, tl.exp2(b_Gl[None, :] - b_G), 0.0)
+    b_b = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
+    if tl.max(tl.max(tl.where(m_rk, b_Ga[None, :] - b_G_r, 0.0), axis=1), axis=0) > RANGE_MAX:
+        b_Rq, b_RL, b_C = _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kn * b_b[:, None], b_G, b_G_r, r,
+                                            BT, BC)
+    else:
+        # 2^(G_i - G_j) = 2^(G_i - Ga) 2^(Ga - G_j): the first factor <= 1 for the block's rows, the second <= 1 for
+        # columns before the block and <= 2^RANGE_MAX inside it
+        b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)), 0.0)
+        b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
+        b_Rq = tl.dot(b_dA, b_kc, input_precision=PREC) * b_eA
+        b_RL = tl.dot(b_dL, b_kc, input_precision=PREC) * b_eA
+        b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
+        b_C = tl.dot(b_dAt, b_qn * b_f, input_precision=PREC)
+        b_C = tl.dot(b_dLt, b_kn * b_b[:, None] * b_f, b_C, input_precision=PREC)
+        b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
 
-    # the state side: do S^T, v_new dS^T, X = Akk^T dw = -dvb S^T, and rowsum(S dS) for the G_last gradient
-    b_dqg = tl.zeros((BT, BK), dtype=tl.float32)
-    b_dkg = tl.zeros((BT, BK), dtype=tl.float32)
-    b_X = tl.zeros((BT, BK), dtype=tl.float32)
+    # the state side for the block's rows: do S^T, v_new dS^T, X = Akk^T dw = -dvb S^T (and rowsum(S dS), once)
+    b_dqg = tl.zeros((BC, BK), dtype=tl.float32)
+    b_dkg = tl.zeros((BC, BK), dtype=tl.float32)
+    b_X = tl.zeros((BC, BK), dtype=tl.float32)
     b_SdS = tl.zeros((BK,), dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_kv = m_k[:, None] & (o_v < V)[None, :]
         b_S = tl.load(h + p_state + _state_offsets(o_k, o_v, K, V, V_FIRST), mask=m_kv, other=0.0)
         b_dS = tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
-        p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
+        p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
+        p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
         b_St = tl.trans(b_S)
-        b_dqg += tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_St, input_precision=PREC)
-        b_dkg += tl.dot(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32), tl.trans(b_dS), input_precision=PREC)
+        b_dqg = tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_St, b_dqg, input_precision=PREC)
+        b_dkg = tl.dot(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32), tl.trans(b_dS), b_dkg,
+                       input_precision=PREC)
         b_X -= tl.dot(tl.load(p_dvb, boundary_check=(0, 1)), b_St, input_precision=PREC)
         b_SdS += tl.sum(b_S * b_dS, axis=1)
-    b_dGl = b_SdS * tl.exp2(b_Gl) + tl.sum(b_dkg * b_kn * b_eGl, axis=0)
-    b_XeG = b_X * b_eG
-    b_dqn = b_dqg * b_eG
-    b_dkn = b_XeG * b_b[:, None] + b_dkg * b_eGl
-    b_dG = b_kn * (b_XeG * b_b[:, None] - b_dkg * b_eGl) + b_dqn * b_qn
-    b_dbk = tl.sum(b_XeG * b_kn, axis=1)
+    b_eG = tl.where(m_rk, tl.exp2(b_G_r), 0.0)
+    b_eGl = tl.where(m_rk, tl.exp2(b_Gl[None, :] - b_G_r), 0.0)
+    b_dkgl = b_dkg * b_eGl
+    b_dGl = tl.sum(b_dkgl * b_kn_r, axis=0)
+    if r == 0:
+        b_dGl += b_SdS * tl.exp2(b_Gl)
+    tl.store(dGl_part + ((i_t * NC + r) * HV + i_hv).to(tl.int64) * K + o_k, b_dGl, mask=m_k)
 
-    # the intra-chunk sums Rq, RL (rows) and C (columns), each folded in as soon as it is complete
-    p_dA = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-    p_dL = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-    b_Ganc = tl.zeros((BT, BK), dtype=tl.float32)
+    b_XeGb = b_X * b_eG * b_b_r[:, None]
+    b_RLb = b_RL * b_b_r[:, None]
+    b_dqn = b_dqg * b_eG + b_Rq
+    b_dkn = b_XeGb + b_dkgl + b_RLb + b_C
+    b_dGr = b_kn_r * (b_XeGb - b_dkgl + b_RLb - b_C) + b_qn_r * b_dqn
+    tl.store(dbeta_k + (i_k * TT + bos + s0 + o_c).to(tl.int64) * HV + i_hv,
+             tl.sum(b_kn_r * (b_X * b_eG + b_RL), axis=1), mask=m_r)
+    p_dq = tl.make_block_ptr(dq + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    p_dk = tl.make_block_ptr(dk + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    p_dG = tl.make_block_ptr(dG + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    tl.store(p_dq, b_dqn * scale, boundary_check=(0, 1))
+    tl.store(p_dk, b_dkn, boundary_check=(0, 1))
+    tl.store(p_dG, tl.where(m_rk, b_dGr, 0.0), boundary_check=(0, 1))
+
+
+@triton.jit
+def _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kbn, b_G, b_G_r, r, BT: tl.constexpr,
+                      BC: tl.constexpr):
+    """The intra-chunk sums of `_kda_intra_bwd_kernel` for block r, exact for any gate range (column by column):
+    rows Rq, RL [BC, BK] from the block's rows of dAqk / dL (b_dA, b_dL [BC, BT]); columns C [BC, BK] from their
+    columns (b_dAt, b_dLt [BC, BT], transposed); b_qn, b_kn, b_kbn, b_G [BT, BK] whole chunk, b_G_r [BC, BK] the
+    block's rows."""
+    o_t = tl.arange(0, BT)
+    o_c = tl.arange(0, BC)
+    o_r = r * BC + o_c
+    b_Rq = tl.zeros(b_G_r.shape, dtype=tl.float32)
+    b_RL = tl.zeros(b_G_r.shape, dtype=tl.float32)
+    for j in range((r + 1) * BC):
+        sel = (o_t == j)[:, None]
+        b_Gj = tl.sum(tl.where(sel, b_G, 0.0), axis=0)
+        b_knj = tl.sum(tl.where(sel, b_kn, 0.0), axis=0)
+        b_E = tl.where((o_r >= j)[:, None], tl.exp2(tl.minimum(b_G_r - b_Gj[None, :], 0.0)), 0.0)
+        b_Rq += tl.sum(tl.where((o_t == j)[None, :], b_dA, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
+        b_RL += tl.sum(tl.where((o_t == j)[None, :], b_dL, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
+    b_C = tl.zeros(b_G_r.shape, dtype=tl.float32)
+    for jj in range(BC):
+        sel = (o_c == jj)[:, None]
+        b_Gj = tl.sum(tl.where(sel, b_G_r, 0.0), axis=0)
+        b_E = tl.where((o_t >= r * BC + jj)[:, None], tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
+        b_a = tl.sum(tl.where(sel, b_dAt, 0.0), axis=0)
+        b_l = tl.sum(tl.where(sel, b_dLt, 0.0), axis=0)
+        b_C += tl.where(sel, tl.sum((b_a[:, None] * b_qn + b_l[:, None] * b_kbn) * b_E, axis=0)[None, :], 0.0)
+    return b_Rq, b_RL, b_C
+
+
+@triton.jit
+def _kda_gate_bwd_kernel(
+    g, A_log, dt_bias, dG, dGl_part, dg, dA_log_part, ddt_bias_part,
+    cu_seqlens, chunk_indices, lower_bound, NT,
+    HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, NC: tl.constexpr, BK: tl.constexpr,
+    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
+):
+    """From the gradient of the gate cumsum to the raw gate: one program per (chunk, v-head, K slice).
+
+    g [TT, HV, K] (raw); dG [TT, HV, K] and dGl_part [NT, NC, HV, K] fp32 from `_kda_intra_bwd_kernel`.
+        dgate_i = sum_{i' >= i in the chunk} dG_i' + dG_last,  dg = dgate * d gate / d g
+    Writes dg [TT, HV, K] in g's dtype and, with the in-kernel gate, the per-chunk partials dA_log_part
+    [NK, NT, HV] and ddt_bias_part [NT, HV, K] fp32."""
+    i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
+    t0 = i_c * BT
+    o_t = tl.arange(0, BT)
+    o_k = i_k * BK + tl.arange(0, BK)
+    m_k = o_k < K
+    m_tk = (o_t < tl.minimum(T - t0, BT))[:, None] & m_k[None, :]
+    b_dGl = tl.zeros((BK,), dtype=tl.float32)
     for r in tl.static_range(NC):
-        b_Ganc += tl.where((blk == r)[:, None], tl.sum(tl.where((o_t == r * BC)[:, None], b_G, 0.0), 0)[None, :], 0.0)
-    if tl.max(tl.max(tl.where(m_tk, b_Ganc - b_G, 0.0), axis=1), axis=0) > RANGE_MAX:
-        b_Rq, b_RL, b_C = _intra_sums_exact(tl.load(p_dA, boundary_check=(0, 1)), tl.load(p_dL, boundary_check=(0, 1)),
-                                            b_qn, b_kn, b_kn * b_b[:, None], b_G, BT)
-    else:
-        # 2^(G_i - G_j) = 2^(G_i - Ga) 2^(Ga - G_j) with Ga the anchor of block r: the first factor <= 1 for the
-        # block's rows, the second <= 1 for columns before the block and <= 2^RANGE_MAX inside it
-        b_dA = tl.load(p_dA, boundary_check=(0, 1))
-        b_dL = tl.load(p_dL, boundary_check=(0, 1))
-        b_Rq = tl.zeros((BT, BK), dtype=tl.float32)
-        b_RL = tl.zeros((BT, BK), dtype=tl.float32)
-        for r in tl.static_range(NC):
-            rows = (blk == r)[:, None]
-            b_Ga = tl.sum(tl.where((o_t == r * BC)[:, None], b_G, 0.0), 0)
-            b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)),
-                            0.0)
-            b_Rq = tl.dot(tl.where(rows, b_dA, 0.0), b_kc, b_Rq, input_precision=PREC)
-            b_RL = tl.dot(tl.where(rows, b_dL, 0.0), b_kc, b_RL, input_precision=PREC)
-        b_eA = tl.where(m_tk, tl.exp2(b_G - b_Ganc), 0.0)
-        b_Rq *= b_eA
-        b_RL *= b_eA
-        # dAqk / dL transposed: rows j, columns i
-        p_dAt = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (0, t0), (BT, BT), (0, 1))
-        p_dLt = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (0, t0), (BT, BT), (0, 1))
-        b_dAt = tl.load(p_dAt, boundary_check=(0, 1))
-        b_dLt = tl.load(p_dLt, boundary_check=(0, 1))
-        b_C = tl.zeros((BT, BK), dtype=tl.float32)
-        for r in tl.static_range(NC):
-            rows = (blk == r)[:, None]
-            b_Ga = tl.sum(tl.where((o_t == r * BC)[:, None], b_G, 0.0), 0)
-            b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
-            b_C = tl.dot(tl.where(rows, b_dAt, 0.0), b_qn * b_f, b_C, input_precision=PREC)
-            b_C = tl.dot(tl.where(rows, b_dLt, 0.0), b_kn * b_b[:, None] * b_f, b_C, input_precision=PREC)
-        b_C *= tl.where(m_tk, tl.exp2(tl.minimum(b_Ganc - b_G, RANGE_MAX)), 0.0)
-    b_dqn += b_Rq
-    b_dkn += b_RL * b_b[:, None] + b_C
-    b_dG += b_qn * b_Rq + b_kn * (b_RL * b_b[:, None] - b_C)
-    b_dbk += tl.sum(b_kn * b_RL, axis=1)
-    b_dG = tl.where(m_tk, b_dG + tl.where((o_t == n_valid - 1)[:, None], b_dGl[None, :], 0.0), 0.0)
-    tl.store(dbeta_k + (i_k * TT + bos + t0 + o_t).to(tl.int64) * HV + i_hv, b_dbk, mask=m_t)
-
-    # the chunk cumsum in reverse, then the gate activation
-    b_dg = tl.cumsum(b_dG, axis=0, reverse=True)
+        b_dGl += tl.load(dGl_part + ((i_t * NC + r) * HV + i_hv).to(tl.int64) * K + o_k, mask=m_k, other=0.0)
+    p_dG = tl.make_block_ptr(dG + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    b_dg = tl.where(m_tk, tl.cumsum(tl.load(p_dG, boundary_check=(0, 1)), axis=0, reverse=True) + b_dGl[None, :], 0.0)
     p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     if GATE > 0:
         b_x = tl.load(p_g, boundary_check=(0, 1)).to(tl.float32)
@@ -474,32 +533,7 @@ def _kda_intra_bwd_kernel(
         if HAS_DT_BIAS:
             tl.store(ddt_bias_part + (i_t * HV + i_hv).to(tl.int64) * K + o_k, tl.sum(b_dg, axis=0), mask=m_k)
     p_dg = tl.make_block_ptr(dg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    p_dq = tl.make_block_ptr(dq + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    p_dk = tl.make_block_ptr(dk + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     tl.store(p_dg, b_dg.to(p_dg.dtype.element_ty), boundary_check=(0, 1))
-    tl.store(p_dq, b_dqn * scale, boundary_check=(0, 1))
-    tl.store(p_dk, b_dkn, boundary_check=(0, 1))
-
-
-@triton.jit
-def _intra_sums_exact(b_dA, b_dL, b_qn, b_kn, b_kbn, b_G, BT: tl.constexpr):
-    """The intra-chunk sums Rq, RL, C [BT, BK] of `_kda_intra_bwd_kernel`, exact for any gate range (column by
-    column) from dAqk, dL [BT, BT] and the chunk's qn, kn, kbn, G [BT, BK]."""
-    o_t = tl.arange(0, BT)
-    b_Rq = tl.zeros(b_G.shape, dtype=tl.float32)
-    b_RL = tl.zeros(b_G.shape, dtype=tl.float32)
-    b_C = tl.zeros(b_G.shape, dtype=tl.float32)
-    for j in range(BT):
-        sel = (o_t == j)[:, None]
-        b_Gj = tl.sum(tl.where(sel, b_G, 0.0), axis=0)
-        b_E = tl.where((o_t >= j)[:, None], tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
-        b_a = tl.sum(tl.where((o_t == j)[None, :], b_dA, 0.0), axis=1)
-        b_l = tl.sum(tl.where((o_t == j)[None, :], b_dL, 0.0), axis=1)
-        b_knj = tl.sum(tl.where(sel, b_kn, 0.0), axis=0)
-        b_Rq += b_a[:, None] * b_knj[None, :] * b_E
-        b_RL += b_l[:, None] * b_knj[None, :] * b_E
-        b_C += tl.where(sel, tl.sum((b_a[:, None] * b_qn + b_l[:, None] * b_kbn) * b_E, axis=0)[None, :], 0.0)
-    return b_Rq, b_RL, b_C
 
 
 @triton.jit
@@ -564,30 +598,48 @@ class IntraBwdOut(NamedTuple):
 def intra_bwd(q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
               scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
               prec: str) -> IntraBwdOut:
-    """Launch `_kda_intra_bwd_kernel` on the (NT, HV, NK) grid; shapes as in its docstring (contiguous, flattened
-    to TT tokens); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; wy: `wy_bwd`'s outputs."""
+    """Launch `_kda_intra_bwd_kernel` on the (NT * NC, HV, NK) grid, then `_kda_gate_bwd_kernel` on (NT, HV, NK);
+    shapes as in their docstrings (contiguous, flattened to TT tokens); A_log [HV] and dt_bias [HV * K] or None;
+    gate: the GATE constexpr; wy: `wy_bwd`'s outputs."""
     TT, H, K = q.shape
     HV, V = g.shape[1], v_new.shape[2]
     cfg = intra_bwd_config(arch_of(q.device), K, V)
-    NK = triton.cdiv(K, cfg.BK)
+    NC, NK = BT // cfg.BC, triton.cdiv(K, cfg.BK)
     f32 = dict(device=q.device, dtype=torch.float32)
-    has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
-    out = IntraBwdOut(
-        dq=torch.empty(TT, HV, K, **f32), dk=torch.empty(TT, HV, K, **f32), dg=torch.empty_like(g),
-        dbeta=torch.empty(NK, TT, HV, **f32),
-        dA_log_part=torch.empty(NK, plan.NT, HV, **f32) if has_a_log else None,
-        ddt_bias_part=torch.empty(plan.NT, HV, K, **f32) if has_dt_bias else None,
-    )
-    _kda_intra_bwd_kernel[(plan.NT, HV, NK)](
+    dq, dk, dG = (torch.empty(TT, HV, K, **f32) for _ in range(3))
+    dbeta = torch.empty(NK, TT, HV, **f32)
+    dGl_part = torch.empty(plan.NT, NC, HV, K, **f32)
+    _kda_intra_bwd_kernel[(plan.NT * NC, HV, NK)](
         q, k, g, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
-        gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL,
-        *(x if x is not None else out.dq for x in out),
-        plan.cu_seqlens, plan.chunk_indices, scale, lower_bound if lower_bound is not None else 0.0, TT, plan.NT,
+        gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dG, dbeta, dGl_part,
+        plan.cu_seqlens, plan.chunk_indices, scale, lower_bound if lower_bound is not None else 0.0, TT,
         H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,
-        GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias, V_FIRST=state_v_first, PREC=prec,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None, HAS_DT_BIAS=gate > 0 and dt_bias is not None,
+        V_FIRST=state_v_first, PREC=prec, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    return out
+    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dG, dGl_part, plan, BT, gate=gate,
+                                              lower_bound=lower_bound)
+    return IntraBwdOut(dq, dk, dg, dbeta, dA_log_part, ddt_bias_part)
+
+
+def gate_bwd(g, A_log, dt_bias, dG, dGl_part, plan, BT: int, *, gate: int, lower_bound: float | None):
+    """Launch `_kda_gate_bwd_kernel` on the (NT, HV, NK) grid: (dg, dA_log_part or None, ddt_bias_part or None)."""
+    TT, HV, K = g.shape
+    cfg = gate_bwd_config(arch_of(g.device), K)
+    NK = triton.cdiv(K, cfg.BK)
+    f32 = dict(device=g.device, dtype=torch.float32)
+    has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
+    dg = torch.empty_like(g)
+    dA_log_part = torch.empty(NK, plan.NT, HV, **f32) if has_a_log else None
+    ddt_bias_part = torch.empty(plan.NT, HV, K, **f32) if has_dt_bias else None
+    _kda_gate_bwd_kernel[(plan.NT, HV, NK)](
+        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, dG, dGl_part, dg,
+        dA_log_part if has_a_log else dG, ddt_bias_part if has_dt_bias else dG,
+        plan.cu_seqlens, plan.chunk_indices, lower_bound if lower_bound is not None else 0.0, plan.NT,
+        HV=HV, K=K, BT=BT, NC=dGl_part.shape[1], BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
+        num_warps=cfg.num_warps,
+    )
+    return dg, dA_log_part, ddt_bias_part
 
 
 def qk_bwd(x: torch.Tensor, dx_part: torch.Tensor, *, use_qk_l2norm_in_kernel: bool) -> torch.Tensor:
