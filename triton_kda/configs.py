@@ -92,9 +92,9 @@ def intra_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
     """The chunk-local backward (one program per BC-row block of a chunk, v-head and K slice of BK)."""
     if arch == 0:
         return IntraConfig(BC=16, BK=min(32, _kpad(K)), BV=min(32, _kpad(V)), num_warps=4, num_stages=1)
-    # H100 B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 64 / BV 64 / 4 warps 5.08 ms, BK 32 / 4 warps 7.68,
-    # BK 32 + 2 stages 6.53, BK 64 / 8 warps 8.32, BK 32 / 8 warps 15.4
-    return IntraConfig(BC=16, BK=min(64, _kpad(K)), BV=min(64, _kpad(V)), num_warps=4, num_stages=1)
+    # H100 B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 64 / BV 64 / 4 warps / 2 stages 4.13 ms; 1 stage
+    # 5.09, BV 32 5.89, BV 128 5.99, BK 128 / 8 warps 6.34, BK 32 / 2 stages 6.56, BK 32 / 8 warps 15.4
+    return IntraConfig(BC=16, BK=min(64, _kpad(K)), BV=min(64, _kpad(V)), num_warps=4, num_stages=2)
 
 
 class GateBwdConfig(NamedTuple):
