@@ -311,7 +311,8 @@ def summary(prov: dict, checks: list[dict], bench: list[dict], files: list[Path]
         lines.append(markdown_table(["impl", "shape", "flags", "mode", "ms", "vs fla", "TB/s", "% floor", "rmse",
                                      "warm-up s"], body))
         if bench[0].get("autotune_cache", "fresh") != "fresh":
-            lines.append(f"warm-up s: autotune cache {bench[0]['autotune_cache']}, so fla's tuning time is not in it")
+            lines.append(f"warm-up s: autotune cache {bench[0]['autotune_cache']}: fla's first calls tuned only the "
+                         "kernels without a restored result")
     lines.append("files: " + ", ".join(str(f) for f in files))
     return "\n".join(lines)
 
