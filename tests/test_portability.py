@@ -132,15 +132,3 @@ def test_ptxas_binaries_are_bundled():
     binaries = portability._ptxas_binaries(90)
     assert binaries and binaries[0].name == "ptxas", binaries
     assert all(p.is_relative_to(Path(triton.__file__).parent) for p in binaries)
-
-
-@pytest.mark.parametrize("arch", [89, 90], ids=["sm89", "sm90"])
-def test_every_kernel_configuration_fits(arch):
-    """Every (kernel, launch configuration) the dispatcher can pick compiles for the architecture and fits its
-    shared memory (the full six-architecture table: docs/portability.md)."""
-    from triton_kda.configs import compile_specs
-
-    rows = check_portability(compile_specs, [arch])
-    assert len(rows) == len(compile_specs(arch)) > 0
-    bad = [f"{r.kernel}: {r.reason}" for r in rows if not r.passed]
-    assert not bad, "\n".join(bad)
