@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import torch
 import triton
 
 from triton_kda.configs import arch_of, intra_config, state_config
-from triton_kda.gate import gate_mode
-from triton_kda.intra import _kda_intra_fwd_kernel
+from triton_kda.gate import GATE_LOWER_BOUND, gate_mode
+from triton_kda.intra import RANGE_MAX, _kda_intra_fwd_kernel
 from triton_kda.state import _kda_state_fwd_kernel
 from triton_kda.state_cp import cp_initial_states, plan_pieces
 
@@ -112,6 +113,10 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, B
         HAS_DT_BIAS=gate > 0 and dt_bias is not None, BETA_SIGMOID=use_beta_sigmoid_in_kernel,
         BETA_SCALE=2.0 if allow_neg_eigval else 1.0, STORE_AUX=store_aux, IS_BF16=dt == torch.bfloat16,
         PREC=_precision(dt), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        # the lower-bound gate keeps every BC-row block's gate range under RANGE_MAX when
+        # (BC - 1) |lower_bound| log2(e) does (safe gates: 108.2 < 110): no exact rows, no range check
+        EXACT_ROWS=not (gate == GATE_LOWER_BOUND
+                        and -lower_bound * (cfg.BC - 1) / math.log(2) <= RANGE_MAX.value - 1),
     )
     return out
 

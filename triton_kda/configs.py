@@ -177,7 +177,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                             "scale": "fp32", "lower_bound": "fp32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=ic.BC, BK=ic.BK, BV=ic.BV, USE_L2NORM=True, GATE=2,
                           HAS_A_LOG=True, HAS_DT_BIAS=True, BETA_SIGMOID=True, BETA_SCALE=1.0, STORE_AUX=True,
-                          IS_BF16=is_bf16, PREC=prec)
+                          IS_BF16=is_bf16, PREC=prec, EXACT_ROWS=True)
                 specs.append(CompileSpec(f"intra_fwd K{K} V{V} BT{BT} {dname}", _kda_intra_fwd_kernel, sig, ce,
                                          ic.num_warps, ic.num_stages))
                 sc = state_config(arch, K, V, 4 if dname == "fp32" else 2)

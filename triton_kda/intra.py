@@ -6,6 +6,9 @@ Per chunk (G = inclusive cumsum of the gate in log2 units, scale folded into Aqk
     L[i,j]   = beta_i * sum_d k_id k_jd 2^(G_id - G_jd)            j <  i
     Akk = (I + L)^-1,  w = Akk (beta k 2^G),  u = Akk (beta v),  qg = scale q 2^G,  kg = k 2^(G_last - G)
 
+One pass over K (after the row norms) forms Aqk, L, qg and kg and parks the right operands of w and u (beta kn 2^G,
+beta v) in w and u; then (I + L)^-1, and w, u are formed in place.
+
 Exactness without overflow: the chunk is cut into sub-blocks of BC rows. Row block r is anchored at its own first
 row a (a token at or before every row of the block, so outputs stay strictly causal):
     2^(G_i - G_j) = 2^(G_i - G_a) * 2^(G_a - G_j)
@@ -126,7 +129,7 @@ def _kda_intra_fwd_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     USE_L2NORM: tl.constexpr, GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
     BETA_SIGMOID: tl.constexpr, BETA_SCALE: tl.constexpr, STORE_AUX: tl.constexpr, IS_BF16: tl.constexpr,
-    PREC: tl.constexpr,
+    PREC: tl.constexpr, EXACT_ROWS: tl.constexpr,
 ):
     """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (flattened varlen layout).
     Writes Aqk [TT, HV, BT] (bf16 for bf16 inputs, else fp32), w/qg/kg [TT, HV, K] and u [TT, HV, V] in the input
@@ -143,13 +146,35 @@ def _kda_intra_fwd_kernel(
     NK: tl.constexpr = (K + BK - 1) // BK
     NC: tl.constexpr = BT // BC
     p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
+    # row index of each row's anchor (the first row of its BC-row block), for tl.gather
+    i_anc = (blk * BC)[:, None] + tl.zeros((BT, BK), dtype=tl.int32)
 
-    # ---- pass 1 over K: gate cumsum, norms, anchored Aqk and L (row/column scalings applied afterwards) --------
+    # ---- row norms first: the pass over K below writes qg, kg and w's operand ----------------------------------
+    if USE_L2NORM:
+        ssq_q = tl.zeros((BT,), dtype=tl.float32)
+        ssq_k = tl.zeros((BT,), dtype=tl.float32)
+        for i_k in range(NK):
+            p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+            p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+            b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
+            b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32)
+            ssq_q += tl.sum(b_q * b_q, axis=1)
+            ssq_k += tl.sum(b_k * b_k, axis=1)
+        b_rq = 1.0 / tl.sqrt(ssq_q + 1e-6)
+        b_rk = 1.0 / tl.sqrt(ssq_k + 1e-6)
+    else:
+        b_rq = tl.full((BT,), 1.0, dtype=tl.float32)
+        b_rk = tl.full((BT,), 1.0, dtype=tl.float32)
+    b_beta = tl.load(beta + p_row_hv, mask=m_t, other=0.0).to(tl.float32)
+    if BETA_SIGMOID:
+        b_beta = BETA_SCALE * tl.sigmoid(b_beta)
+    b_beta = tl.where(m_t, b_beta, 0.0)
+
+    # ---- one pass over K: gate cumsum, anchored Aqk and L (row/column scalings applied afterwards), qg, kg, and
+    # w's right operand beta kn 2^G, parked in w until (I + L)^-1 is known ------------------------------------------
     b_Aqk = tl.zeros((BT, BT), dtype=tl.float32)
     b_L = tl.zeros((BT, BT), dtype=tl.float32)
     rng = tl.zeros((BT,), dtype=tl.float32)
-    ssq_q = tl.zeros((BT,), dtype=tl.float32)
-    ssq_k = tl.zeros((BT,), dtype=tl.float32)
     for i_k in range(NK):
         b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
                            HAS_A_LOG, HAS_DT_BIAS)
@@ -160,60 +185,64 @@ def _kda_intra_fwd_kernel(
         p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
         b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32)
-        if USE_L2NORM:
-            ssq_q += tl.sum(b_q * b_q, axis=1)
-            ssq_k += tl.sum(b_k * b_k, axis=1)
-        # each row's anchor: the first row of its BC-row block
-        b_Ganc = tl.zeros((BT, BK), dtype=tl.float32)
-        for r in tl.static_range(NC):
-            b_Ga = tl.sum(tl.where((o_t == r * BC)[:, None], b_G, 0.0), 0)
-            b_Ganc += tl.where((blk == r)[:, None], b_Ga[None, :], 0.0)
-        rng = tl.maximum(rng, tl.max(b_Ganc - b_G, axis=1))
+        b_Ganc = tl.gather(b_G, i_anc, 0)
+        if EXACT_ROWS:
+            rng = tl.maximum(rng, tl.max(b_Ganc - b_G, axis=1))
         b_e = tl.exp2(b_G - b_Ganc)
         b_qa = b_q * b_e
         b_ka = b_k * b_e
         for r in tl.static_range(NC):
-            b_Ga = tl.sum(tl.where((o_t == r * BC)[:, None], b_G, 0.0), 0)
-            b_kc = b_k * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX))
+            b_Ga = tl.gather(b_Ganc, tl.zeros((BT, BK), dtype=tl.int32) + r * BC, 0)
+            b_kc = b_k * tl.exp2(tl.minimum(b_Ga - b_G, RANGE_MAX))
             b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kc, 0.0)
             b_kc = tl.trans(_op(b_kc, IS_BF16))
             rows = (blk == r)[:, None]
             b_Aqk += tl.dot(_op(tl.where(rows, b_qa, 0.0), IS_BF16), b_kc, input_precision=PREC)
             b_L += tl.dot(_op(tl.where(rows, b_ka, 0.0), IS_BF16), b_kc, input_precision=PREC)
-    exact = rng > RANGE_MAX
-    if tl.max(exact.to(tl.int32), axis=0) > 0:
-        # rows whose in-block gate range is too wide for the anchored product: exact, column by column
-        e_Aqk = tl.zeros((BT, BT), dtype=tl.float32)
-        e_L = tl.zeros((BT, BT), dtype=tl.float32)
-        for i_k in range(NK):
-            b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
-                               HAS_A_LOG, HAS_DT_BIAS)
-            p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-            p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-            b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
-            b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32)
-            for jj in range(BT):
-                sel_j = (o_t == jj)[:, None]
-                b_kj = tl.sum(tl.where(sel_j, b_k, 0.0), 0)
-                b_Gj = tl.sum(tl.where(sel_j, b_G, 0.0), 0)
-                b_e = b_kj[None, :] * tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0))
-                sel = (o_t == jj)[None, :]
-                e_Aqk += tl.where(sel, tl.sum(b_q * b_e, axis=1)[:, None], 0.0)
-                e_L += tl.where(sel, tl.sum(b_k * b_e, axis=1)[:, None], 0.0)
-        fix = exact[:, None] & (blk[None, :] == blk[:, None])
-        b_Aqk = tl.where(fix, e_Aqk, b_Aqk)
-        b_L = tl.where(fix, e_L, b_L)
+        b_eG = tl.exp2(b_G)
+        b_k = b_k * b_rk[:, None]
+        b_q = b_q * (b_rq * scale)[:, None]
+        b_w = b_k * b_beta[:, None] * b_eG
+        b_kg = tl.where(m_t[:, None], b_k * tl.exp2(b_Gl[None, :] - b_G), 0.0)
+        p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        tl.store(p_w, b_w.to(p_w.dtype.element_ty), boundary_check=(0, 1))
+        tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
+        tl.store(p_kg, b_kg.to(p_kg.dtype.element_ty), boundary_check=(0, 1))
+    for i_v in range(tl.cdiv(V, BV)):
+        p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        b_v = tl.load(p_v, boundary_check=(0, 1)).to(tl.float32) * b_beta[:, None]
+        # u's right operand, parked in u like w's
+        tl.store(p_u, b_v.to(p_u.dtype.element_ty), boundary_check=(0, 1))
+    if EXACT_ROWS:
+        exact = rng > RANGE_MAX
+        if tl.max(exact.to(tl.int32), axis=0) > 0:
+            # rows whose in-block gate range is too wide for the anchored product: exact, column by column
+            e_Aqk = tl.zeros((BT, BT), dtype=tl.float32)
+            e_L = tl.zeros((BT, BT), dtype=tl.float32)
+            for i_k in range(NK):
+                b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
+                                   HAS_A_LOG, HAS_DT_BIAS)
+                p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK),
+                                        (1, 0))
+                p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK),
+                                        (1, 0))
+                b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
+                b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32)
+                for jj in range(BT):
+                    sel_j = (o_t == jj)[:, None]
+                    b_kj = tl.sum(tl.where(sel_j, b_k, 0.0), 0)
+                    b_Gj = tl.sum(tl.where(sel_j, b_G, 0.0), 0)
+                    b_e = b_kj[None, :] * tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0))
+                    sel = (o_t == jj)[None, :]
+                    e_Aqk += tl.where(sel, tl.sum(b_q * b_e, axis=1)[:, None], 0.0)
+                    e_L += tl.where(sel, tl.sum(b_k * b_e, axis=1)[:, None], 0.0)
+            fix = exact[:, None] & (blk[None, :] == blk[:, None])
+            b_Aqk = tl.where(fix, e_Aqk, b_Aqk)
+            b_L = tl.where(fix, e_L, b_L)
 
-    if USE_L2NORM:
-        b_rq = 1.0 / tl.sqrt(ssq_q + 1e-6)
-        b_rk = 1.0 / tl.sqrt(ssq_k + 1e-6)
-    else:
-        b_rq = tl.full((BT,), 1.0, dtype=tl.float32)
-        b_rk = tl.full((BT,), 1.0, dtype=tl.float32)
-    b_beta = tl.load(beta + p_row_hv, mask=m_t, other=0.0).to(tl.float32)
-    if BETA_SIGMOID:
-        b_beta = BETA_SCALE * tl.sigmoid(b_beta)
-    b_beta = tl.where(m_t, b_beta, 0.0)
     m_tt = m_t[:, None] & m_t[None, :]
     b_Aqk = tl.where(m_tt & (o_t[None, :] <= o_t[:, None]), b_Aqk * (scale * b_rq)[:, None] * b_rk[None, :], 0.0)
     b_L = tl.where(m_tt & (o_t[None, :] < o_t[:, None]), b_L * (b_beta * b_rk)[:, None] * b_rk[None, :], 0.0)
@@ -230,29 +259,16 @@ def _kda_intra_fwd_kernel(
         tl.store(p_X, tl.where(m_tt, b_X, 0.0).to(p_X.dtype.element_ty), boundary_check=(0, 1))
     b_Xop = _op(b_X, IS_BF16)
 
-    # ---- pass 2 over K: w, qg, kg (gate cumsum recomputed: same ops, same bits) --------------------------------
-    for i_k in range(NK):
-        b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
-                           HAS_A_LOG, HAS_DT_BIAS)
-        b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
-        p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32) * (b_rq * scale)[:, None]
-        b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rk[:, None]
-        b_eG = tl.exp2(b_G)
-        b_w = tl.dot(b_Xop, _op(b_k * b_beta[:, None] * b_eG, IS_BF16), input_precision=PREC)
-        b_kg = tl.where(m_t[:, None], b_k * tl.exp2(b_Gl[None, :] - b_G), 0.0)
+    # ---- w = Akk (beta kn 2^G), u = Akk (beta v) from the operands parked in w and u -----------------------------
+    tl.debug_barrier()  # other threads of the program stored them
+    # unrolled: one conversion of Akk to the product's operand layout serves every slice
+    for i_k in tl.static_range(NK):
         p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        b_w = tl.dot(b_Xop, _op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), input_precision=PREC)
         tl.store(p_w, b_w.to(p_w.dtype.element_ty), boundary_check=(0, 1))
-        tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
-        tl.store(p_kg, b_kg.to(p_kg.dtype.element_ty), boundary_check=(0, 1))
-    for i_v in range(tl.cdiv(V, BV)):
-        p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+    for i_v in tl.static_range((V + BV - 1) // BV):
         p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        b_v = tl.load(p_v, boundary_check=(0, 1)).to(tl.float32) * b_beta[:, None]
-        b_u = tl.dot(b_Xop, _op(b_v, IS_BF16), input_precision=PREC)
+        b_u = tl.dot(b_Xop, _op(tl.load(p_u, boundary_check=(0, 1)), IS_BF16), input_precision=PREC)
         tl.store(p_u, b_u.to(p_u.dtype.element_ty), boundary_check=(0, 1))
 
 
