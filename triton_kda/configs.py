@@ -78,8 +78,12 @@ def intra_config(arch: int, K: int, V: int) -> IntraConfig:
     BV = min(64, _kpad(V))
     if arch == 0:
         return IntraConfig(BC=16, BK=min(64, _kpad(K)), BV=BV, num_warps=4, num_stages=1)
-    # H100, B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 32 / 4 warps 2.15 ms, BK 64 2.92 ms, BK 128 4.2 ms
-    return IntraConfig(BC=16, BK=min(32, _kpad(K)), BV=BV, num_warps=4, num_stages=1)
+    # H100 (triton 3.6), B2 T8192 H32 K=V=128 bf16, Kimi flags, intra_fwd alone (do_bench median): BK 32 / 4 warps
+    # 1.50-1.51 ms, whole forward 1.87-1.88 ms (the two-pass kernel before it: 2.14-2.17 ms, forward 2.49 ms). On an
+    # earlier one-pass build: a 168-register cap 1.61 ms, 128 registers 3.22 ms; 8 warps 2.41 ms, BK 64 / 8 warps 2.37.
+    # 16-wide K or V tiles (K or V <= 16) gave illegal addresses and wrong outputs on the GPU (the bf16/fp16 forward
+    # tests, two-pass kernel too): BK and BV stay >= 32, the tails masked.
+    return IntraConfig(BC=16, BK=32, BV=max(32, BV), num_warps=4, num_stages=1)
 
 
 def wy_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
