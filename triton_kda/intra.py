@@ -124,22 +124,32 @@ def _block_inverse_doubling(L, BT: tl.constexpr, PREC: tl.constexpr):
 
 
 @triton.jit
+def _gate_input(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                BK: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr):
+    """(x, a): the chunk's raw gate for K slice i_k plus dt_bias, [BT, BK] fp32 (zero past the sequence end and K),
+    and a = exp(A_log[i_hv]) (1 without A_log): the arguments of `kda_gate_act` and `kda_gate_act_bwd`."""
+    o_k = i_k * BK + tl.arange(0, BK)
+    m_k = o_k < K
+    p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    b_x = tl.load(p_g, boundary_check=(0, 1)).to(tl.float32)
+    if HAS_DT_BIAS:
+        b_x += tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
+    if HAS_A_LOG:
+        a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
+    else:
+        a = 1.0
+    return b_x, a
+
+
+@triton.jit
 def _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t,
                  HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                  GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr):
     """Inclusive in-chunk cumsum (log2 units) of the activated gate for K slice i_k: [BT, BK] fp32, zero past the
     sequence end and past K (so the last row holds the last valid token's value)."""
-    o_k = i_k * BK + tl.arange(0, BK)
-    m_k = o_k < K
-    p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    b_g = tl.load(p_g, boundary_check=(0, 1)).to(tl.float32)
+    m_k = i_k * BK + tl.arange(0, BK) < K
+    b_g, a = _gate_input(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, HV, K, BT, BK, HAS_A_LOG, HAS_DT_BIAS)
     if GATE > 0:
-        if HAS_DT_BIAS:
-            b_g += tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
-        if HAS_A_LOG:
-            a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
-        else:
-            a = 1.0
         b_g = kda_gate_act(b_g, a, lower_bound, GATE)
     return tl.cumsum(tl.where(m_t[:, None] & m_k[None, :], b_g, 0.0), axis=0) * LOG2E
 
@@ -560,15 +570,8 @@ def _kda_gate_bwd_kernel(
         b_dGl += tl.load(dGl_part + ((i_t * NC + r) * HV + i_hv).to(tl.int64) * K + o_k, mask=m_k, other=0.0)
     p_dG = tl.make_block_ptr(dG + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     b_dg = tl.where(m_tk, tl.cumsum(tl.load(p_dG, boundary_check=(0, 1)), axis=0, reverse=True) + b_dGl[None, :], 0.0)
-    p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     if GATE > 0:
-        b_x = tl.load(p_g, boundary_check=(0, 1)).to(tl.float32)
-        if HAS_DT_BIAS:
-            b_x += tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
-        if HAS_A_LOG:
-            a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
-        else:
-            a = 1.0
+        b_x, a = _gate_input(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, HV, K, BT, BK, HAS_A_LOG, HAS_DT_BIAS)
         b_dg, b_da = kda_gate_act_bwd(b_x, a, lower_bound, b_dg, GATE)
         b_dg = tl.where(m_tk, b_dg, 0.0)
         if HAS_A_LOG:
