@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from triton_kda.configs import arch_of, intra_config, state_config
+from triton_kda.configs import _kpad, arch_of, intra_config, state_config
 from triton_kda.gate import GATE_LOWER_BOUND, gate_mode
 from triton_kda.intra import RANGE_MAX, _kda_intra_fwd_kernel
 from triton_kda.state import _kda_state_fwd_kernel
@@ -125,7 +125,8 @@ def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, 
               state_v_first: bool, store_h: bool, store_v_new: bool, h_dtype: torch.dtype) -> StateOut:
     TT, HV, K = intra.w.shape
     dev, dt = intra.w.device, intra.w.dtype
-    cfg = state_config(arch_of(dev), K, V, intra.w.element_size())
+    arch = arch_of(dev)
+    cfg = state_config(arch, K, V, intra.w.element_size())
     o = torch.empty(TT, HV, V, device=dev, dtype=dt)
     # intra-card CP: long sequences run as pieces, each from its start state (state_cp.py)
     pieces = plan_pieces(plan.lens, BT, HV, K, V, intra.w.element_size(), dev)
@@ -144,7 +145,7 @@ def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, 
         h0 if h0 is not None else o, o, ht if ht is not None else o,
         h if h is not None else o, v_new if v_new is not None else o,
         runs.cu_seqlens, runs.chunk_offsets,
-        HV=HV, K=K, V=V, BT=BT, BK=max(16, triton.next_power_of_2(K)), BV=cfg.BV,
+        HV=HV, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=cfg.BV,
         HAS_H0=h0 is not None, STORE_HT=output_final_state, STORE_H=store_h, STORE_VNEW=store_v_new,
         V_FIRST=state_v_first, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,

@@ -70,35 +70,35 @@ def arch_of(device: torch.device) -> int:
     return device_arch(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def _kpad(K: int) -> int:
-    return max(16, triton.next_power_of_2(K))
+def _kpad(K: int, arch: int) -> int:
+    """Tile width covering a head dim of K: a power of two, at least 16 in the interpreter and 32 on GPUs (16-wide
+    K or V tiles gave illegal addresses and wrong outputs in bf16/fp16 products on sm_90, triton 3.6, NOTES.md)."""
+    return max(16 if arch == 0 else 32, triton.next_power_of_2(K))
 
 
 def intra_config(arch: int, K: int, V: int) -> IntraConfig:
-    BV = min(64, _kpad(V))
+    BV = min(64, _kpad(V, arch))
     if arch == 0:
-        return IntraConfig(BC=16, BK=min(64, _kpad(K)), BV=BV, num_warps=4, num_stages=1)
+        return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=BV, num_warps=4, num_stages=1)
     # H100 (triton 3.6), B2 T8192 H32 K=V=128 bf16, Kimi flags, intra_fwd alone (do_bench median): BK 32 / 4 warps
     # 1.50-1.51 ms, whole forward 1.87-1.88 ms (the two-pass kernel before it: 2.14-2.17 ms, forward 2.49 ms). On an
     # earlier one-pass build: a 168-register cap 1.61 ms, 128 registers 3.22 ms; 8 warps 2.41 ms, BK 64 / 8 warps 2.37.
-    # 16-wide K or V tiles (K or V <= 16) gave illegal addresses and wrong outputs on the GPU (the bf16/fp16 forward
-    # tests, two-pass kernel too): BK and BV stay >= 32, the tails masked.
-    return IntraConfig(BC=16, BK=32, BV=max(32, BV), num_warps=4, num_stages=1)
+    return IntraConfig(BC=16, BK=32, BV=BV, num_warps=4, num_stages=1)
 
 
 def wy_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
     """The WY backward (one program per chunk and v-head, V slices of BV with K slices of BK inside)."""
-    return IntraConfig(BC=16, BK=min(64, _kpad(K)), BV=min(32 if arch == 0 else 64, _kpad(V)), num_warps=4,
+    return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=min(32 if arch == 0 else 64, _kpad(V, arch)), num_warps=4,
                        num_stages=1)
 
 
 def intra_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
     """The chunk-local backward (one program per BC-row block of a chunk, v-head and K slice of BK)."""
     if arch == 0:
-        return IntraConfig(BC=16, BK=min(32, _kpad(K)), BV=min(32, _kpad(V)), num_warps=4, num_stages=1)
+        return IntraConfig(BC=16, BK=min(32, _kpad(K, arch)), BV=min(32, _kpad(V, arch)), num_warps=4, num_stages=1)
     # H100 B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 64 / BV 64 / 4 warps / 2 stages 4.13 ms; 1 stage
     # 5.09, BV 32 5.89, BV 128 5.99, BK 128 / 8 warps 6.34, BK 32 / 2 stages 6.56, BK 32 / 8 warps 15.4
-    return IntraConfig(BC=16, BK=min(64, _kpad(K)), BV=min(64, _kpad(V)), num_warps=4, num_stages=2)
+    return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=min(64, _kpad(V, arch)), num_warps=4, num_stages=2)
 
 
 class GateBwdConfig(NamedTuple):
@@ -108,14 +108,14 @@ class GateBwdConfig(NamedTuple):
 
 def gate_bwd_config(arch: int, K: int) -> GateBwdConfig:
     """The gate backward (one program per chunk, v-head and K slice: a reverse cumsum and elementwise work)."""
-    return GateBwdConfig(BK=min(32 if arch == 0 else 64, _kpad(K)), num_warps=4)
+    return GateBwdConfig(BK=min(32 if arch == 0 else 64, _kpad(K, arch)), num_warps=4)
 
 
 def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
     """elem_size: bytes per element of the stored intermediates (2 for bf16/fp16, 4 for fp32)."""
-    BK = _kpad(K)
+    BK = _kpad(K, arch)
     if arch == 0:
-        return StateConfig(BV=min(32, _kpad(V)), num_warps=4, num_stages=1)
+        return StateConfig(BV=min(32, _kpad(V, arch)), num_warps=4, num_stages=1)
     if elem_size == 2:
         BV = 64 if BK <= 128 else 32
     else:
@@ -124,16 +124,16 @@ def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
     # 3.7 and ran out of shared memory on sm90 at bf16 BK = 256 with two stages (237568 B > 232448 B)
     # H100 bf16 K128 (docs/benchmarks/NOTES.md): 3 stages 0.35 ms, 2 stages 0.43 ms
     stages = 3 if elem_size == 2 and BK <= 128 else 2 if elem_size * BK <= 256 else 1
-    return StateConfig(BV=min(BV, _kpad(V)), num_warps=4, num_stages=stages)
+    return StateConfig(BV=min(BV, _kpad(V, arch)), num_warps=4, num_stages=stages)
 
 
 def cp_config(arch: int, K: int, V: int, elem_size: int) -> CPConfig:
     """Launch configuration of the intra-card CP kernels (state_cp.py); elem_size as in `state_config`. The map
     kernels carry a [K, BC] fp32 block, like the serial kernel's [K, BV]; the chain kernels a [K, chain_BV] state and
     [K, chain_BKC] slices of a map."""
-    BK = _kpad(K)
+    BK = _kpad(K, arch)
     if arch == 0:
-        return CPConfig(BC=min(32, _kpad(max(K, V))), num_warps=4, num_stages=1, chain_BV=16, chain_BKC=16,
+        return CPConfig(BC=min(32, _kpad(max(K, V), arch)), num_warps=4, num_stages=1, chain_BV=16, chain_BKC=16,
                         chain_warps=4)
     if elem_size == 2:
         BC = 64 if BK <= 128 else 32
@@ -189,7 +189,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 sig.update({n: "*fp32" for n in ("gl", "h0", "ht")})
                 sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
-                ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K), BV=sc.BV, HAS_H0=True, STORE_HT=True, STORE_H=True,
+                ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_H0=True, STORE_HT=True, STORE_H=True,
                           STORE_VNEW=True, V_FIRST=False, IS_BF16=is_bf16, PREC=prec)
                 specs.append(CompileSpec(f"state_fwd K{K} V{V} BT{BT} {dname}", _kda_state_fwd_kernel, sig, ce,
                                          sc.num_warps, sc.num_stages))
@@ -197,8 +197,8 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 sig.update({n: "*fp32" for n in ("gl", "dht", "dh", "dv_new", "dh0")})
                 sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
-                ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K), BV=sc.BV, HAS_DHT=True, STORE_DH0=True, V_FIRST=False,
-                          IS_BF16=is_bf16, PREC=prec)
+                ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_DHT=True, STORE_DH0=True,
+                          V_FIRST=False, IS_BF16=is_bf16, PREC=prec)
                 specs.append(CompileSpec(f"state_bwd K{K} V{V} BT{BT} {dname}", _kda_state_bwd_kernel, sig, ce,
                                          sc.num_warps, sc.num_stages))
                 wc = wy_bwd_config(arch, K, V)
@@ -231,7 +231,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                                          gc.num_warps, 1))
                 specs += _cp_specs(arch, K, V, BT, dname, ty, is_bf16, prec)
             sig = {"x": f"*{ty}", "dx_part": "*fp32", "dx": f"*{ty}", "TT": "i32"}
-            ce = dict(H=4, G=2, K=K, BT=32, BK=_kpad(K), USE_L2NORM=True)
+            ce = dict(H=4, G=2, K=K, BT=32, BK=_kpad(K, arch), USE_L2NORM=True)
             specs.append(CompileSpec(f"qk_bwd K{K} {dname}", _kda_qk_bwd_kernel, sig, ce, 4, 1))
     return specs
 
@@ -248,7 +248,7 @@ def _cp_specs(arch: int, K: int, V: int, BT: int, dname: str, ty: str, is_bf16: 
     cc = cp_config(arch, K, V, 4 if dname == "fp32" else 2)
     tables = {n: "*i64" for n in ("cu_seqlens", "chunk_offsets", "seq_pieces")}
     tables.update({"piece_seq": "*i32", "map_pieces": "*i32"})
-    ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K), BC=cc.BC, NKB=triton.cdiv(K, cc.BC), V_FIRST=False,
+    ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BC=cc.BC, NKB=triton.cdiv(K, cc.BC), V_FIRST=False,
               IS_BF16=is_bf16, PREC=prec)
     sig = {n: f"*{ty}" for n in ("kg", "w", "u")}
     sig.update({n: "*fp32" for n in ("gl", "h0", "maps")}, **tables)
@@ -260,7 +260,7 @@ def _cp_specs(arch: int, K: int, V: int, BT: int, dname: str, ty: str, is_bf16: 
     specs.append(CompileSpec(f"cp_bwd_map K{K} V{V} BT{BT} {dname}", _kda_state_cp_bwd_map_kernel, sig,
                              dict(ce, HAS_DHT=True), cc.num_warps, cc.num_stages))
     if BT == 64:
-        ce = dict(HV=8, K=K, V=V, BK=_kpad(K), BV=cc.chain_BV, BKC=cc.chain_BKC, V_FIRST=False)
+        ce = dict(HV=8, K=K, V=V, BK=_kpad(K, arch), BV=cc.chain_BV, BKC=cc.chain_BKC, V_FIRST=False)
         for name, fn, state in (("cp_fwd_chain", _kda_state_cp_fwd_chain_kernel, ("h0", "init", "HAS_H0")),
                                 ("cp_bwd_chain", _kda_state_cp_bwd_chain_kernel, ("dht", "dend", "HAS_DHT"))):
             sig = {"maps": "*fp32", state[0]: "*fp32", state[1]: "*fp32", "seq_pieces": "*i64"}

@@ -695,6 +695,7 @@ def qk_bwd(x: torch.Tensor, dx_part: torch.Tensor, *, use_qk_l2norm_in_kernel: b
     dx = torch.empty_like(x)
     BT = 32
     _kda_qk_bwd_kernel[(triton.cdiv(TT, BT), H)](
-        x, dx_part, dx, TT, H=H, G=dx_part.shape[1] // H, K=K, BT=BT, BK=_kpad(K), USE_L2NORM=use_qk_l2norm_in_kernel,
+        x, dx_part, dx, TT, H=H, G=dx_part.shape[1] // H, K=K, BT=BT, BK=_kpad(K, arch_of(x.device)),
+        USE_L2NORM=use_qk_l2norm_in_kernel,
     )
     return dx

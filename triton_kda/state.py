@@ -129,7 +129,8 @@ def state_bwd(qg, kg, w, Aqk, gl, do, dht, plan, BT: int, V: int, *, want_dh0: b
     do: [TT, HV, V] (contiguous); dht: None or [N, HV, K, V] fp32 (V-first if state_v_first); plan: ChunkPlan."""
     TT, HV, K = w.shape
     dev = w.device
-    cfg = state_config(arch_of(dev), K, V, w.element_size())
+    arch = arch_of(dev)
+    cfg = state_config(arch, K, V, w.element_size())
     dh = torch.empty(plan.NT, HV, K, V, device=dev, dtype=torch.float32)
     dv_new = torch.empty(TT, HV, V, device=dev, dtype=torch.float32)
     # intra-card CP: long sequences run as pieces, each from the gradient of its end state (state_cp.py)
@@ -143,7 +144,7 @@ def state_bwd(qg, kg, w, Aqk, gl, do, dht, plan, BT: int, V: int, *, want_dh0: b
     _kda_state_bwd_kernel[(triton.cdiv(V, cfg.BV), runs.N, HV)](
         qg, kg, w, Aqk, gl, do, dht if dht is not None else dh, dh, dv_new, dh0 if dh0 is not None else dh,
         runs.cu_seqlens, runs.chunk_offsets,
-        HV=HV, K=K, V=V, BT=BT, BK=_kpad(K), BV=cfg.BV, HAS_DHT=dht is not None, STORE_DH0=want_dh0,
+        HV=HV, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=cfg.BV, HAS_DHT=dht is not None, STORE_DH0=want_dh0,
         V_FIRST=state_v_first, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

@@ -360,11 +360,12 @@ def cp_initial_states(kg, w, u, gl, h0, seqs, pieces: PiecePlan, BT: int, *, sta
     TT, HV, K = w.shape
     V = u.shape[-1]
     dev = w.device
-    cfg = cp_config(arch_of(dev), K, V, w.element_size())
+    arch = arch_of(dev)
+    cfg = cp_config(arch, K, V, w.element_size())
     nkb = triton.cdiv(K, cfg.BC)
     maps = torch.empty(pieces.NM, HV, K, K + V, device=dev, dtype=torch.float32)
     init = torch.empty(_state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
-    common = dict(HV=HV, K=K, V=V, BK=_kpad(K), V_FIRST=state_v_first)
+    common = dict(HV=HV, K=K, V=V, BK=_kpad(K, arch), V_FIRST=state_v_first)
     if pieces.NM:
         _kda_state_cp_fwd_map_kernel[(nkb + triton.cdiv(V, cfg.BC), pieces.NM, HV)](
             kg, w, u, gl, h0 if h0 is not None else init, maps,
@@ -388,11 +389,12 @@ def cp_end_gradients(qg, kg, w, Aqk, gl, do, dht, seqs, pieces: PiecePlan, BT: i
     TT, HV, K = w.shape
     V = do.shape[-1]
     dev = w.device
-    cfg = cp_config(arch_of(dev), K, V, w.element_size())
+    arch = arch_of(dev)
+    cfg = cp_config(arch, K, V, w.element_size())
     nkb = triton.cdiv(K, cfg.BC)
     maps = torch.empty(pieces.NM, HV, K, K + V, device=dev, dtype=torch.float32)
     dend = torch.empty(_state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
-    common = dict(HV=HV, K=K, V=V, BK=_kpad(K), V_FIRST=state_v_first)
+    common = dict(HV=HV, K=K, V=V, BK=_kpad(K, arch), V_FIRST=state_v_first)
     if pieces.NM:
         _kda_state_cp_bwd_map_kernel[(nkb + triton.cdiv(V, cfg.BC), pieces.NM, HV)](
             qg, kg, w, Aqk, gl, do, dht if dht is not None else dend, maps,
