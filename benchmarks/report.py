@@ -78,7 +78,8 @@ def markdown_table(headers: list[str], rows: list[list[str]], numeric: set[int] 
 
 
 def _provenance(rows: list[dict]) -> str:
-    keys = ("gpu", "cc", "sm_count", "cuda", "torch", "triton", "fla", "git_sha", "copy_tbps", "matmul_tflops")
+    keys = ("gpu", "cc", "sm_count", "cuda", "torch", "triton", "fla", "git_sha", "copy_tbps", "matmul_tflops",
+            "autotune_cache")
     seen: dict[tuple, list[str]] = {}
     for row in rows:
         seen.setdefault(tuple(row.get(k) for k in keys), []).append(row.get("time_utc") or "")
@@ -88,7 +89,8 @@ def _provenance(rows: list[dict]) -> str:
         when = f"{stamps[0]} .. {stamps[-1]}" if stamps else "-"
         body.append([cell(v, ".2f" if k == "copy_tbps" else ".0f" if k == "matmul_tflops" else "")
                      for k, v in zip(keys, values, strict=True)] + [when])
-    headers = ["GPU", "cc", "SMs", "CUDA", "torch", "triton", "fla", "git", "copy TB/s", "bf16 mm TFLOP/s", "when"]
+    headers = ["GPU", "cc", "SMs", "CUDA", "torch", "triton", "fla", "git", "copy TB/s", "bf16 mm TFLOP/s",
+               "autotune cache", "when"]
     return markdown_table(headers, body, numeric={8, 9})
 
 
@@ -167,7 +169,8 @@ def render_markdown(rows: list[dict], plot_notes: list[str] | None = None) -> st
         "`benchmarks/model.py` (fwd+bwd FLOPs = 3x forward); % BW and % MMA are against the copy bandwidth and "
         "bf16 matmul rate measured in the same run; % of floor = roofline floor / median. rel RMSE: forward "
         "output vs the fp64 oracle on the first sequence (<= 1024 tokens); grad RMSE: worst gradient on a small "
-        "case with the same heads. Warm-up: wall time of the first call (compile + autotune).",
+        "case with the same heads. Warm-up: wall time of the first call (compile + autotune; where the provenance "
+        "says autotuning results were restored, fla's first calls skipped the tuning they had done before).",
         "## Provenance\n\n" + _provenance(bench + cold),
         "## Speedup against fla\n\n" + _speedups(timed),
         "## Timings\n\n" + _timings(timed),

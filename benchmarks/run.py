@@ -3,6 +3,7 @@
     python -m benchmarks.run --suite standard --impl triton,fla --modes fwd,fwdbwd --flags kimi --out DIR
     python -m benchmarks.run --suite kimi --quick --out DIR          # at most 2 shapes sharing H per suite
     python -m benchmarks.run --cold-start --out DIR                  # process start -> first fwd+bwd, fresh caches
+    python -m benchmarks.run --suite gva --tune-cache DIR --out DIR  # keep fla's autotuning between device calls
 
 For every (suite, shape, flag set) the inputs are built once (several rotated sets, so the working set exceeds
 L2) and every implementation runs on the same tensors:
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import model
+from benchmarks import model, tune_cache
 from benchmarks.report import attach_speedups
 from benchmarks.suites import FLAG_SETS, SUITES, FlagSet, Shape, resolve_flags, resolve_suites, select_shapes
 
@@ -113,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "autotunes for minutes, so time one --impl per device call)")
     parser.add_argument("--cold-start-child", choices=IMPLS, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--t0", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--tune-cache", type=Path, default=None,
+                        help="folder of saved Triton autotuning results (benchmarks/tune_cache.py): restored before "
+                             "the first call, saved after every case; fla then skips the tuning it already did")
     return parser
 
 
@@ -635,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         print(message, file=sys.stderr, flush=True)
         return 2
     device = torch.device("cuda")
+    restored = tune_cache.restore(args.tune_cache) if args.tune_cache else 0
     suites = resolve_suites(args.suite)
     flag_sets = resolve_flags(args.flags)
     prov = provenance(device)
@@ -649,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
     warmup_ms = args.warmup_ms or (50 if args.quick else 100)
     rep_ms = args.rep_ms or (200 if args.quick else 500)
     timer = cuda_timer(warmup_ms, rep_ms)
-    context = {**prov, **measure_ceilings(timer, device)}
+    context = {**prov, **measure_ceilings(timer, device),
+               "autotune_cache": f"{restored} results restored" if restored else "fresh"}
     impls = load_impls(args.impl)
     plan = [(suite, shape, flags) for suite, shapes in suites.items()
             for shape in select_shapes(shapes, quick=args.quick, max_shapes=args.max_shapes) for flags in flag_sets]
@@ -663,6 +669,8 @@ def main(argv: list[str] | None = None) -> int:
         writer.write(rows)
         for row in rows:
             log(describe(row))
+        if args.tune_cache:
+            log(f"autotune results: {restored} restored, {tune_cache.save(args.tune_cache)} saved to {args.tune_cache}")
     log(f"done: rows in {writer.path}; render with: python -m benchmarks.report {writer.path} --out DIR")
     return 0
 
