@@ -180,8 +180,6 @@ def _kda_intra_fwd_kernel(
     NK: tl.constexpr = (K + BK - 1) // BK
     NC: tl.constexpr = BT // BC
     p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
-    # row index of each row's anchor (the first row of its BC-row block), for tl.gather
-    i_anc = (blk * BC)[:, None] + tl.zeros((BT, BK), dtype=tl.int32)
 
     # ---- row norms first: the pass over K below writes qg, kg and w's operand ----------------------------------
     if USE_L2NORM:
@@ -219,15 +217,19 @@ def _kda_intra_fwd_kernel(
         p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
         b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32)
-        b_Ganc = tl.gather(b_G, i_anc, 0)
+        # G at each block's first row (the anchors) [NC, BK], by reductions over the [NC, BC, BK] view (cheaper than
+        # tl.gather, NOTES.md), and D = G - G_anchor <= 0 for every row
+        b_G3 = tl.reshape(b_G, (NC, BC, BK))
+        b_Ganc = tl.sum(tl.where(tl.arange(0, BC)[None, :, None] == 0, b_G3, 0.0), axis=1)
+        b_D = tl.reshape(b_G3 - b_Ganc[:, None, :], (BT, BK))
         if EXACT_ROWS:
-            rng = tl.maximum(rng, tl.max(b_Ganc - b_G, axis=1))
-        b_e = tl.exp2(b_G - b_Ganc)
+            rng = tl.maximum(rng, tl.max(-b_D, axis=1))
+        b_e = tl.exp2(b_D)
         b_qa = b_q * b_e
         b_ka = b_k * b_e
         for r in tl.static_range(NC):
-            b_Ga = tl.gather(b_Ganc, tl.zeros((BT, BK), dtype=tl.int32) + r * BC, 0)
-            b_kc = b_k * tl.exp2(tl.minimum(b_Ga - b_G, RANGE_MAX))
+            b_Ga = tl.sum(tl.where((tl.arange(0, NC) == r)[:, None], b_Ganc, 0.0), axis=0)
+            b_kc = b_k * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX))
             b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kc, 0.0)
             b_kc = tl.trans(_op(b_kc, IS_BF16))
             rows = (blk == r)[:, None]
