@@ -87,7 +87,7 @@ def intra_config(arch: int, K: int, V: int) -> IntraConfig:
 
 
 def wy_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
-    """The WY backward (one program per chunk and v-head, V slices of BV with K slices of BK inside)."""
+    """The WY backward (one program per chunk and v-head, V slices of BV; with fp32 inputs K slices of BK inside)."""
     return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=min(32 if arch == 0 else 64, _kpad(V, arch)), num_warps=4,
                        num_stages=1)
 
@@ -208,7 +208,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "lower_bound": "fp32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True,
-                          V_FIRST=False, PREC=prec)
+                          V_FIRST=False, VIA_STATE=prec == "ieee", PREC=prec)
                 specs.append(CompileSpec(f"wy_bwd K{K} V{V} BT{BT} {dname}", _kda_wy_bwd_kernel, sig, ce,
                                          wc.num_warps, wc.num_stages))
                 bc = intra_bwd_config(arch, K, V)

@@ -319,17 +319,20 @@ def _kda_wy_bwd_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, V_FIRST: tl.constexpr,
-    PREC: tl.constexpr,
+    VIA_STATE: tl.constexpr, PREC: tl.constexpr,
 ):
-    """Backward through u = Akk (beta v), w = Akk (beta kn 2^G) and Akk = (I + L)^-1, and the Aqk gradient; one
-    program per (chunk, v-head), V in slices of BV (K in slices of BK inside them).
+    """Backward through u = Akk (beta v), w = Akk kb and Akk = (I + L)^-1 (kb = beta kn 2^G), and the Aqk gradient;
+    one program per (chunk, v-head), V in slices of BV.
 
-    k [TT, H, K]; v, do [TT, HV, V]; g [TT, HV, K] (raw; G, its chunk cumsum, is recomputed as the forward does);
-    rstd_k, beta_act [TT, HV] fp32; Akk [TT, HV, BT] (as the forward stored it); h [NT, HV, K, V] fp32
-    ([NT, HV, V, K] if V_FIRST); v_new [TT, HV, V]; dv_new [TT, HV, V] fp32 from the reverse state pass. With
-    S = h[c], kb = beta kn 2^G (dw = -dv_new S^T never materialised):
-        dAqk = tril(do v_new^T),  dA = dv_new (beta v - kb S)^T,  dL = -Akk^T dA Akk^T (strictly lower),
-        dvb = Akk^T dv_new,  dv = beta dvb,  dbeta_v = rowsum(dvb v)
+    k [TT, H, K]; v, do [TT, HV, V]; g [TT, HV, K] (raw); rstd_k, beta_act [TT, HV] fp32; Akk [TT, HV, BT] (as the
+    forward stored it); h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST); v_new [TT, HV, V]; dv_new [TT, HV, V] fp32
+    from the reverse state pass. With S = h[c], the gradient of Akk is dA = dv_new (beta v - kb S)^T (dw = -dv_new
+    S^T is never materialised) and dL = -Akk^T dA Akk^T. As v_new = u - w S = Akk (beta v - kb S), dA =
+    dv_new v_new^T (I + L)^T and dL = -dvb v_new^T: that form needs neither S nor kb (k, g, A_log, dt_bias, rstd_k
+    and h are then not read). VIA_STATE (fp32 inputs) forms dA from S instead, in K slices of BK with G recomputed as
+    the forward does: it does not carry v_new's rounding (fp32 gate gradients about 1.3x closer to fp64).
+        dAqk = tril(do v_new^T),  dvb = Akk^T dv_new,  dL = -tril_strict(dvb v_new^T),  dv = beta dvb,
+        dbeta_v = rowsum(dvb v)
     Writes dv [TT, HV, V] in v's dtype, dvb [TT, HV, V] fp32, dAqk / dL [TT, HV, BT] fp32, dbeta_v [TT, HV] fp32.
     """
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
@@ -341,44 +344,49 @@ def _kda_wy_bwd_kernel(
     m_t = o_t < n_valid
     m_tt = m_t[:, None] & m_t[None, :]
     p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
-    p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
 
     p_A = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-    b_A = tl.load(p_A, boundary_check=(0, 1)).to(tl.float32)
-    b_rk = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)
+    b_At = tl.trans(tl.load(p_A, boundary_check=(0, 1)).to(tl.float32))
     b_b = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
     b_dAqk = tl.zeros((BT, BT), dtype=tl.float32)
-    b_dA = tl.zeros((BT, BT), dtype=tl.float32)
+    b_dL = tl.zeros((BT, BT), dtype=tl.float32)  # dA with VIA_STATE
     b_db = tl.zeros((BT,), dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
-        o_v = i_v * BV + tl.arange(0, BV)
         p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_dvn = tl.make_block_ptr(dv_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV),
                                   (1, 0))
         p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        b_vnT = tl.trans(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32))
         b_dvn = tl.load(p_dvn, boundary_check=(0, 1))
         b_v = tl.load(p_v, boundary_check=(0, 1)).to(tl.float32)
-        b_dAqk += tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32),
-                         tl.trans(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32)), input_precision=PREC)
-        b_P = tl.zeros((BT, BV), dtype=tl.float32)
-        for i_k in range(tl.cdiv(K, BK)):
-            o_k = i_k * BK + tl.arange(0, BK)
-            m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
-            off_h = _state_offsets(o_k, o_v, K, V, V_FIRST)
-            p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-            b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
-                               HAS_A_LOG, HAS_DT_BIAS)
-            b_kb = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * (b_rk * b_b)[:, None] * tl.exp2(b_G)
-            b_P += tl.dot(b_kb, tl.load(h + p_state + off_h, mask=m_kv, other=0.0), input_precision=PREC)
-        b_dA += tl.dot(b_dvn, tl.trans(b_v * b_b[:, None] - b_P), input_precision=PREC)
-        b_dvb = tl.dot(tl.trans(b_A), b_dvn, input_precision=PREC)
+        b_dAqk += tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_vnT, input_precision=PREC)
+        b_dvb = tl.dot(b_At, b_dvn, input_precision=PREC)
+        if VIA_STATE:
+            o_v = i_v * BV + tl.arange(0, BV)
+            p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
+            b_P = tl.zeros((BT, BV), dtype=tl.float32)
+            b_rkb = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0) * b_b
+            for i_k in range(tl.cdiv(K, BK)):
+                o_k = i_k * BK + tl.arange(0, BK)
+                off_h = _state_offsets(o_k, o_v, K, V, V_FIRST)
+                p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK),
+                                        (1, 0))
+                b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
+                                   HAS_A_LOG, HAS_DT_BIAS)
+                b_kb = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rkb[:, None] * tl.exp2(b_G)
+                b_S = tl.load(h + p_state + off_h, mask=(o_k < K)[:, None] & (o_v < V)[None, :], other=0.0)
+                b_P += tl.dot(b_kb, b_S, input_precision=PREC)
+            b_dL += tl.dot(b_dvn, tl.trans(b_v * b_b[:, None] - b_P), input_precision=PREC)
+        else:
+            b_dL -= tl.dot(b_dvb, b_vnT, input_precision=PREC)
         p_dv = tl.make_block_ptr(dv + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         tl.store(p_dv, (b_dvb * b_b[:, None]).to(p_dv.dtype.element_ty), boundary_check=(0, 1))
         tl.store(p_dvb, b_dvb, boundary_check=(0, 1))
         b_db += tl.sum(b_dvb * b_v, axis=1)
-    b_dL = -tl.dot(tl.dot(tl.trans(b_A), b_dA, input_precision=PREC), tl.trans(b_A), input_precision=PREC)
+    if VIA_STATE:
+        b_dL = -tl.dot(tl.dot(b_At, b_dL, input_precision=PREC), b_At, input_precision=PREC)
     p_dAqk = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
     p_dL = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
     tl.store(p_dAqk, tl.where(m_tt & (o_t[None, :] <= o_t[:, None]), b_dAqk, 0.0), boundary_check=(0, 1))
@@ -617,7 +625,8 @@ class WYBwdOut(NamedTuple):
 def wy_bwd(k, v, g, A_log, dt_bias, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int, *, gate: int,
            lower_bound: float | None, state_v_first: bool, prec: str) -> WYBwdOut:
     """Launch `_kda_wy_bwd_kernel` on the (NT, HV) grid; shapes as in its docstring (contiguous, flattened);
-    A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr."""
+    A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr. The gradient of Akk goes through the state
+    (VIA_STATE) for fp32 inputs (prec "ieee"), through v_new otherwise."""
     TT, H, K = k.shape
     HV, V = v.shape[1], v.shape[2]
     cfg = wy_bwd_config(arch_of(k.device), K, V)
@@ -628,7 +637,7 @@ def wy_bwd(k, v, g, A_log, dt_bias, rstd_k, beta_act, Akk, h, v_new, dv_new, do,
         k, v, g, A_log if A_log is not None else k, dt_bias if dt_bias is not None else k, rstd_k, beta_act, Akk, h,
         v_new, dv_new, do, *out, plan.cu_seqlens, plan.chunk_indices, lower_bound if lower_bound is not None else 0.0,
         H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
-        HAS_DT_BIAS=gate > 0 and dt_bias is not None, V_FIRST=state_v_first, PREC=prec,
+        HAS_DT_BIAS=gate > 0 and dt_bias is not None, V_FIRST=state_v_first, VIA_STATE=prec == "ieee", PREC=prec,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

@@ -51,6 +51,47 @@ BATCHED = [
     for i_v in range(tl.cdiv(V, BV)):
         p_v = tl.make_block_ptr(v"""),
 ]
+# safe-gate path (no exact rows): 2^(G_a(r) - G_j) = 2^(G_a(r) - G_a(c)) 2^(G_a(c) - G_j), one exp2 of the tile per slice
+CHEAP_KC = [
+    ("""        for r in tl.static_range(NC):
+            b_Ga = tl.sum(tl.where((tl.arange(0, NC) == r)[:, None], b_Ganc, 0.0), axis=0)
+            b_kc = b_k * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX))
+            b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kc, 0.0)
+""", """        if not EXACT_ROWS:
+            b_kD = b_k * tl.exp2(-b_D)
+        for r in tl.static_range(NC):
+            b_Ga = tl.sum(tl.where((tl.arange(0, NC) == r)[:, None], b_Ganc, 0.0), axis=0)
+            if EXACT_ROWS:
+                b_kc = b_k * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX))
+                b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kc, 0.0)
+            else:
+                b_F = tl.where((tl.arange(0, NC) <= r)[:, None], tl.exp2(b_Ga[None, :] - b_Ganc), 0.0)
+                b_kc = b_kD * tl.reshape(tl.broadcast_to(b_F[:, None, :], (NC, BC, BK)), (BT, BK))
+"""),
+]
+# the gate cumsum as a segmented scan over the [NC, BC, BK] view plus block offsets (gives D and the anchors too)
+SEGSCAN = [
+    ("""        b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
+                           HAS_A_LOG, HAS_DT_BIAS)
+        o_k = i_k * BK + tl.arange(0, BK)
+""", """        o_k = i_k * BK + tl.arange(0, BK)
+        b_x, a = _gate_input(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, HV, K, BT, BK, HAS_A_LOG, HAS_DT_BIAS)
+        if GATE > 0:
+            b_x = kda_gate_act(b_x, a, lower_bound, GATE)
+        b_x3 = tl.reshape(tl.where(m_t[:, None] & (o_k < K)[None, :], b_x, 0.0) * LOG2E, (NC, BC, BK))
+        b_S3 = tl.cumsum(b_x3, axis=1)
+        b_tot = tl.sum(b_x3, axis=1)
+        b_first = tl.sum(tl.where(tl.arange(0, BC)[None, :, None] == 0, b_x3, 0.0), axis=1)
+        b_pre = tl.cumsum(b_tot, axis=0) - b_tot
+        b_G = tl.reshape(b_S3 + b_pre[:, None, :], (BT, BK))
+"""),
+    ("""        b_G3 = tl.reshape(b_G, (NC, BC, BK))
+        b_Ganc = tl.sum(tl.where(tl.arange(0, BC)[None, :, None] == 0, b_G3, 0.0), axis=1)
+        b_D = tl.reshape(b_G3 - b_Ganc[:, None, :], (BT, BK))
+""", """        b_Ganc = b_pre + b_first
+        b_D = tl.reshape(b_S3 - b_first[:, None, :], (BT, BK))
+"""),
+]
 # name -> (text edits, config overrides, call flag overrides)
 VARIANTS = {
     "base": ([], {}, {}),
@@ -63,6 +104,9 @@ VARIANTS = {
     "identity_inverse": ([(INVERSE, "    b_X = tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0) + b_L * 0.0")], {}, {}),
     "no_cumsum": ([("return tl.cumsum(tl.where(m_t[:, None] & m_k[None, :], b_g, 0.0), axis=0) * LOG2E",
                     "return tl.where(m_t[:, None] & m_k[None, :], b_g, 0.0) * LOG2E")], {}, {}),
+    "cheap_kc": (CHEAP_KC, {}, {}),
+    "segscan": (SEGSCAN, {}, {}),
+    "cheap_kc_segscan": (CHEAP_KC + SEGSCAN, {}, {}),
     "batched": (BATCHED, {}, {}),
     "batched_w8": (BATCHED, {"num_warps": 8}, {}),
     "warps8": ([], {"num_warps": 8}, {}),
