@@ -21,6 +21,7 @@ import cuda_fast
 from triton_kda._validate import KDAProblem, validate_chunk_kda
 from triton_kda.chunk_bwd import chunk_bwd
 from triton_kda.chunk_fwd import IntraOut, intra_fwd, plan_chunks, state_fwd
+from triton_kda.state import grad_state_dtype
 
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
@@ -63,12 +64,14 @@ class ChunkKDAFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, seqlens_cpu):
         B, T, HV, V = v.shape
         plan = plan_chunks(B, T, p.chunk_size, q.device, seqlens_cpu)
-        # disable_recompute keeps the intermediates (h in fp32) for the backward instead of recomputing them there
+        # disable_recompute keeps the intermediates (h in grad_state_dtype) for the backward instead of recomputing
+        # them there
         keep = flags["disable_recompute"] and any(ctx.needs_input_grad[:8])
         return_h = flags["return_intermediate_states"]
         intra, st = _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan,
                             output_final_state=flags["output_final_state"], store_h=return_h or keep,
-                            store_v_new=keep, h_dtype=torch.float32 if keep else q.dtype, store_aux=keep)
+                            store_v_new=keep, h_dtype=grad_state_dtype(q.dtype) if keep else q.dtype,
+                            store_aux=keep)
         ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, initial_state,
                               *((*intra, st.h, st.v_new) if keep else ()))
         ctx.p, ctx.flags, ctx.seqlens_cpu, ctx.keep = p, flags, seqlens_cpu, keep
@@ -89,8 +92,8 @@ class ChunkKDAFunction(torch.autograd.Function):
             intra, h, v_new = IntraOut(*kept[:-2]), kept[-2], kept[-1]
         else:
             intra, st = _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan,
-                                output_final_state=False, store_h=True, store_v_new=True, h_dtype=torch.float32,
-                                store_aux=True)
+                                output_final_state=False, store_h=True, store_v_new=True,
+                                h_dtype=grad_state_dtype(q.dtype), store_aux=True)
             h, v_new = st.h, st.v_new
         gr = chunk_bwd(
             _flat(do), dht.contiguous() if dht is not None else None, _flat(q), _flat(k), _flat(v), _flat(g),

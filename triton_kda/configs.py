@@ -194,7 +194,8 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 specs.append(CompileSpec(f"state_fwd K{K} V{V} BT{BT} {dname}", _kda_state_fwd_kernel, sig, ce,
                                          sc.num_warps, sc.num_stages))
                 sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "do")}
-                sig.update({n: "*fp32" for n in ("gl", "dht", "dh", "dv_new", "dh0")})
+                sig.update({n: "*fp32" for n in ("gl", "dht", "dv_new", "dh0")})
+                sig["dh"] = "*bf16" if is_bf16 else "*fp32"  # grad_state_dtype
                 sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
                 ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_DHT=True, STORE_DH0=True,
@@ -213,8 +214,9 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                                          wc.num_warps, wc.num_stages))
                 bc = intra_bwd_config(arch, K, V)
                 sig = {n: f"*{ty}" for n in ("q", "k", "g", "v_new", "do")}
-                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "gl", "rstd_q", "rstd_k", "beta_act", "h",
-                                                 "dh", "dvb", "dAqk", "dL", "dq", "dk", "dG", "dbeta_k", "dGl_part")})
+                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "gl", "rstd_q", "rstd_k", "beta_act", "dvb",
+                                                 "dAqk", "dL", "dq", "dk", "dG", "dbeta_k", "dGl_part")})
+                sig["h"] = sig["dh"] = "*bf16" if is_bf16 else "*fp32"  # grad_state_dtype
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "lower_bound": "fp32",
                             "TT": "i32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=bc.BC, BK=bc.BK, BV=bc.BV, GATE=2, HAS_A_LOG=True,

@@ -325,12 +325,13 @@ def _kda_wy_bwd_kernel(
     one program per (chunk, v-head), V in slices of BV.
 
     k [TT, H, K]; v, do [TT, HV, V]; g [TT, HV, K] (raw); rstd_k, beta_act [TT, HV] fp32; Akk [TT, HV, BT] (as the
-    forward stored it); h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST); v_new [TT, HV, V]; dv_new [TT, HV, V] fp32
-    from the reverse state pass. With S = h[c], the gradient of Akk is dA = dv_new (beta v - kb S)^T (dw = -dv_new
-    S^T is never materialised) and dL = -Akk^T dA Akk^T. As v_new = u - w S = Akk (beta v - kb S), dA =
-    dv_new v_new^T (I + L)^T and dL = -dvb v_new^T: that form needs neither S nor kb (k, g, A_log, dt_bias, rstd_k
-    and h are then not read). VIA_STATE (fp32 inputs) forms dA from S instead, in K slices of BK with G recomputed as
-    the forward does: it does not carry v_new's rounding (fp32 gate gradients about 1.3x closer to fp64).
+    forward stored it); h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST; read with VIA_STATE only); v_new
+    [TT, HV, V]; dv_new [TT, HV, V] fp32 from the reverse state pass. With S = h[c], the gradient of Akk is
+    dA = dv_new (beta v - kb S)^T (dw = -dv_new S^T is never materialised) and dL = -Akk^T dA Akk^T. As
+    v_new = u - w S = Akk (beta v - kb S), dA = dv_new v_new^T (I + L)^T and dL = -dvb v_new^T: that form needs
+    neither S nor kb (k, g, A_log, dt_bias, rstd_k and h are then not read). VIA_STATE (fp32 inputs) forms dA from
+    S instead, in K slices of BK with G recomputed as the forward does: it does not carry v_new's rounding (through
+    v_new, the fp32 test cases' dg and dA_log errors vs fp64 were up to 1.6x and 2.9x larger).
         dAqk = tril(do v_new^T),  dvb = Akk^T dv_new,  dL = -tril_strict(dvb v_new^T),  dv = beta dvb,
         dbeta_v = rowsum(dvb v)
     Writes dv [TT, HV, V] in v's dtype, dvb [TT, HV, V] fp32, dAqk / dL [TT, HV, BT] fp32, dbeta_v [TT, HV] fp32.
@@ -376,6 +377,7 @@ def _kda_wy_bwd_kernel(
                                    HAS_A_LOG, HAS_DT_BIAS)
                 b_kb = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rkb[:, None] * tl.exp2(b_G)
                 b_S = tl.load(h + p_state + off_h, mask=(o_k < K)[:, None] & (o_v < V)[None, :], other=0.0)
+                b_S = b_S.to(tl.float32)
                 b_P += tl.dot(b_kb, b_S, input_precision=PREC)
             b_dL += tl.dot(b_dvn, tl.trans(b_v * b_b[:, None] - b_P), input_precision=PREC)
         else:
@@ -407,10 +409,11 @@ def _kda_intra_bwd_kernel(
     """Chunk-local backward of one BC-row block and K slice: one program per (chunk x block, v-head, K slice).
 
     q, k [TT, H, K]; g [TT, HV, K] (raw); gl [NT, HV, K] fp32 (G of each chunk's last token, log2 units); rstd_q,
-    rstd_k, beta_act [TT, HV] fp32; h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST); dh [NT, HV, K, V] fp32;
-    v_new, do [TT, HV, V]; dvb [TT, HV, V], dAqk, dL [TT, HV, BT] fp32 from `_kda_wy_bwd_kernel`. With S = h[c],
-    dS = dh[c], G the gate cumsum (recomputed as the forward does), qn = scale rstd_q q, kn = rstd_k k,
-    kbn = beta kn, and for the block's rows i / columns j the sums over j <= i of the chunk
+    rstd_k, beta_act [TT, HV] fp32; h [NT, HV, K, V] ([NT, HV, V, K] if V_FIRST), dh [NT, HV, K, V] (both
+    grad_state_dtype); v_new, do [TT, HV, V]; dvb [TT, HV, V], dAqk, dL [TT, HV, BT] fp32 from
+    `_kda_wy_bwd_kernel`. With S = h[c], dS = dh[c], G the gate cumsum (recomputed as the forward does),
+    qn = scale rstd_q q, kn = rstd_k k, kbn = beta kn, and for the block's rows i / columns j the sums over j <= i
+    of the chunk
         Rq_i = sum_j dAqk_ij kn_j 2^(G_i - G_j),  RL_i = sum_j dL_ij kn_j 2^(G_i - G_j),
         C_j  = sum_i (dAqk_ij qn_i + dL_ij kbn_i) 2^(G_i - G_j),
     dqn = (do S^T) 2^G + Rq,  dkn = X beta 2^G + (v_new dS^T) 2^(G_last - G) + beta RL + C  (X = -dvb S^T), and
@@ -491,8 +494,8 @@ def _kda_intra_bwd_kernel(
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_kv = m_k[:, None] & (o_v < V)[None, :]
-        b_S = tl.load(h + p_state + _state_offsets(o_k, o_v, K, V, V_FIRST), mask=m_kv, other=0.0)
-        b_dS = tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+        b_S = tl.load(h + p_state + _state_offsets(o_k, o_v, K, V, V_FIRST), mask=m_kv, other=0.0).to(tl.float32)
+        b_dS = tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0).to(tl.float32)
         p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
         p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
         p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))

@@ -16,6 +16,12 @@ from triton_kda.intra import _finite_or_zero, _op, _state_offsets
 from triton_kda.state_cp import cp_end_gradients, plan_pieces
 
 
+def grad_state_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Storage dtype of the per-chunk states h and state gradients dh that the backward reads: bf16 for bf16 inputs
+    (half the traffic and memory; the products read them into fp32), fp32 otherwise (fp16's range is too small for
+    states, fp32 inputs keep fp32 accuracy)."""
+    return torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
+
 @triton.jit
 def _seq_state_coords(cu_seqlens, i_n, i_v, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                       V_FIRST: tl.constexpr):
@@ -84,8 +90,8 @@ def _kda_state_bwd_kernel(
     """Reverse pass over the chunks of one (V block, sequence, v-head), dS = gradient of the state after a chunk:
         dv_new = Aqk^T do + kg dS;   dh[c] = dS;   dS <- 2^(G_last) * dS + qg^T do - w^T dv_new
     qg, kg, w: [TT, HV, K]; do: [TT, HV, V]; Aqk: [TT, HV, BT]; gl: [NT, HV, K] fp32 (log2 units);
-    dht, dh0: [N, HV, K, V] fp32 ([N, HV, V, K] if V_FIRST). Writes dh [NT, HV, K, V] fp32 (always K-first),
-    dv_new [TT, HV, V] fp32 and, with STORE_DH0, dh0 (dS before the first chunk)."""
+    dht, dh0: [N, HV, K, V] fp32 ([N, HV, V, K] if V_FIRST). Writes dh [NT, HV, K, V] (grad_state_dtype, always
+    K-first), dv_new [TT, HV, V] fp32 and, with STORE_DH0, dh0 (dS before the first chunk)."""
     i_v, i_n, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, o_k, o_v, m_kv, off_kv = _seq_state_coords(cu_seqlens, i_n, i_v, K, V, BK, BV, V_FIRST)
     b_dS = tl.zeros((BK, BV), dtype=tl.float32)
@@ -96,7 +102,8 @@ def _kda_state_bwd_kernel(
     for i_r in range(NC):
         i_c = NC - 1 - i_r
         t0 = i_c * BT
-        tl.store(dh + ((c_base + i_c) * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :], b_dS, mask=m_kv)
+        p_dh = dh + ((c_base + i_c) * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :]
+        tl.store(p_dh, b_dS.to(dh.dtype.element_ty), mask=m_kv)
         p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
         p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
@@ -118,7 +125,7 @@ def _kda_state_bwd_kernel(
 
 
 class StateBwdOut(NamedTuple):
-    dh: torch.Tensor            # [NT, HV, K, V] fp32, gradient of the state after each chunk (K-first)
+    dh: torch.Tensor            # [NT, HV, K, V] (grad_state_dtype), gradient of the state after each chunk (K-first)
     dv_new: torch.Tensor        # [TT, HV, V] fp32
     dh0: torch.Tensor | None    # [N, HV, K, V] fp32 ([N, HV, V, K] if state_v_first), gradient of initial_state
 
@@ -131,7 +138,7 @@ def state_bwd(qg, kg, w, Aqk, gl, do, dht, plan, BT: int, V: int, *, want_dh0: b
     dev = w.device
     arch = arch_of(dev)
     cfg = state_config(arch, K, V, w.element_size())
-    dh = torch.empty(plan.NT, HV, K, V, device=dev, dtype=torch.float32)
+    dh = torch.empty(plan.NT, HV, K, V, device=dev, dtype=grad_state_dtype(w.dtype))
     dv_new = torch.empty(TT, HV, V, device=dev, dtype=torch.float32)
     # intra-card CP: long sequences run as pieces, each from the gradient of its end state (state_cp.py)
     pieces = plan_pieces(plan.lens, BT, HV, K, V, w.element_size(), dev)
