@@ -124,16 +124,21 @@ def _block_inverse_doubling(L, BT: tl.constexpr, PREC: tl.constexpr):
 
 
 @triton.jit
-def _gate_input(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                BK: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr):
-    """(x, a): the chunk's raw gate for K slice i_k plus dt_bias, [BT, BK] fp32 (zero past the sequence end and K),
-    and a = exp(A_log[i_hv]) (1 without A_log): the arguments of `kda_gate_act` and `kda_gate_act_bwd`."""
-    o_k = i_k * BK + tl.arange(0, BK)
-    m_k = o_k < K
+def _gate_tile(g, bos, T, t0, i_hv, i_k, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    """The chunk's raw gate [BT, BK] for K slice i_k, as stored (zero past the sequence end and past K)."""
     p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    b_x = tl.load(p_g, boundary_check=(0, 1)).to(tl.float32)
+    return tl.load(p_g, boundary_check=(0, 1))
+
+
+@triton.jit
+def _gate_input_of(b_g, A_log, dt_bias, i_hv, i_k, K: tl.constexpr, BK: tl.constexpr, HAS_A_LOG: tl.constexpr,
+                   HAS_DT_BIAS: tl.constexpr):
+    """(x, a) from the raw gate tile b_g of K slice i_k: x = b_g + dt_bias [BT, BK] fp32 and a = exp(A_log[i_hv])
+    (1 without A_log): the arguments of `kda_gate_act` and `kda_gate_act_bwd`."""
+    b_x = b_g.to(tl.float32)
     if HAS_DT_BIAS:
-        b_x += tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
+        o_k = i_k * BK + tl.arange(0, BK)
+        b_x += tl.load(dt_bias + i_hv * K + o_k, mask=o_k < K, other=0.0).to(tl.float32)[None, :]
     if HAS_A_LOG:
         a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
     else:
@@ -142,16 +147,24 @@ def _gate_input(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, HV: tl.constexpr, K: t
 
 
 @triton.jit
+def _gate_cumsum_of(b_g, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K: tl.constexpr, BK: tl.constexpr,
+                    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr):
+    """Inclusive in-chunk cumsum (log2 units) of the activated gate from the raw gate tile b_g of K slice i_k:
+    [BT, BK] fp32, zero past the sequence end and past K (so the last row holds the last valid token's value)."""
+    m_k = i_k * BK + tl.arange(0, BK) < K
+    b_x, a = _gate_input_of(b_g, A_log, dt_bias, i_hv, i_k, K, BK, HAS_A_LOG, HAS_DT_BIAS)
+    if GATE > 0:
+        b_x = kda_gate_act(b_x, a, lower_bound, GATE)
+    return tl.cumsum(tl.where(m_t[:, None] & m_k[None, :], b_x, 0.0), axis=0) * LOG2E
+
+
+@triton.jit
 def _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t,
                  HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                  GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr):
-    """Inclusive in-chunk cumsum (log2 units) of the activated gate for K slice i_k: [BT, BK] fp32, zero past the
-    sequence end and past K (so the last row holds the last valid token's value)."""
-    m_k = i_k * BK + tl.arange(0, BK) < K
-    b_g, a = _gate_input(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, HV, K, BT, BK, HAS_A_LOG, HAS_DT_BIAS)
-    if GATE > 0:
-        b_g = kda_gate_act(b_g, a, lower_bound, GATE)
-    return tl.cumsum(tl.where(m_t[:, None] & m_k[None, :], b_g, 0.0), axis=0) * LOG2E
+    """`_gate_cumsum_of` the chunk's gate tile of K slice i_k, loaded from g."""
+    return _gate_cumsum_of(_gate_tile(g, bos, T, t0, i_hv, i_k, HV, K, BT, BK), A_log, dt_bias, i_hv, i_k,
+                           lower_bound, m_t, K, BK, GATE, HAS_A_LOG, HAS_DT_BIAS)
 
 
 @triton.jit
@@ -185,7 +198,7 @@ def _kda_intra_fwd_kernel(
     if USE_L2NORM:
         ssq_q = tl.zeros((BT,), dtype=tl.float32)
         ssq_k = tl.zeros((BT,), dtype=tl.float32)
-        for i_k in range(NK):
+        for i_k in tl.static_range(NK):  # unrolled: every load issued up front
             p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
             p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
             b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
@@ -207,16 +220,26 @@ def _kda_intra_fwd_kernel(
     b_Aqk = tl.zeros((BT, BT), dtype=tl.float32)
     b_L = tl.zeros((BT, BT), dtype=tl.float32)
     rng = tl.zeros((BT,), dtype=tl.float32)
+    # the next slice's q, k and gate are loaded before this slice's stores (a load may not pass a store that could
+    # alias it, so the latency would be exposed); past K the loads are masked out
+    p_qs = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, 0), (BT, BK), (1, 0))
+    p_ks = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, 0), (BT, BK), (1, 0))
+    b_qn = tl.load(p_qs, boundary_check=(0, 1))
+    b_kn = tl.load(p_ks, boundary_check=(0, 1))
+    b_gn = _gate_tile(g, bos, T, t0, i_hv, 0, HV, K, BT, BK)
     for i_k in range(NK):
-        b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
-                           HAS_A_LOG, HAS_DT_BIAS)
         o_k = i_k * BK + tl.arange(0, BK)
+        b_q = b_qn.to(tl.float32)
+        b_k = b_kn.to(tl.float32)
+        b_G = _gate_cumsum_of(b_gn, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K, BK, GATE, HAS_A_LOG,
+                              HAS_DT_BIAS)
+        p_qs = tl.advance(p_qs, (0, BK))
+        p_ks = tl.advance(p_ks, (0, BK))
+        b_qn = tl.load(p_qs, boundary_check=(0, 1))
+        b_kn = tl.load(p_ks, boundary_check=(0, 1))
+        b_gn = _gate_tile(g, bos, T, t0, i_hv, i_k + 1, HV, K, BT, BK)
         b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
         tl.store(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_Gl, mask=o_k < K)
-        p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
-        b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32)
         # G at each block's first row (the anchors) [NC, BK], by reductions over the [NC, BC, BK] view (cheaper than
         # tl.gather, NOTES.md), and D = G - G_anchor <= 0 for every row
         b_G3 = tl.reshape(b_G, (NC, BC, BK))
@@ -300,15 +323,23 @@ def _kda_intra_fwd_kernel(
 
     # ---- w = Akk (beta kn 2^G), u = Akk (beta v) from the operands parked in w and u -----------------------------
     tl.debug_barrier()  # other threads of the program stored them
-    # unrolled: one conversion of Akk to the product's operand layout serves every slice
-    for i_k in tl.static_range(NK):
-        p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        b_w = tl.dot(b_Xop, _op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), input_precision=PREC)
-        tl.store(p_w, b_w.to(p_w.dtype.element_ty), boundary_check=(0, 1))
-    for i_v in tl.static_range((V + BV - 1) // BV):
-        p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        b_u = tl.dot(b_Xop, _op(tl.load(p_u, boundary_check=(0, 1)), IS_BF16), input_precision=PREC)
-        tl.store(p_u, b_u.to(p_u.dtype.element_ty), boundary_check=(0, 1))
+    # unrolled over the NK slices of w, then the NV slices of u: one conversion of Akk to the product's operand layout
+    # serves every slice, and each slice's operand is loaded before the previous slice's result is stored
+    NV: tl.constexpr = (V + BV - 1) // BV
+    p_nxt = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+    b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
+    for j in tl.static_range(NK + NV):
+        p_cur, b_cur = p_nxt, b_nxt
+        if j + 1 < NK:
+            p_nxt = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, (j + 1) * BK), (BT, BK),
+                                      (1, 0))
+            b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
+        elif j + 1 < NK + NV:
+            p_nxt = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, (j + 1 - NK) * BV),
+                                      (BT, BV), (1, 0))
+            b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
+        b_res = tl.dot(b_Xop, _op(b_cur, IS_BF16), input_precision=PREC)
+        tl.store(p_cur, b_res.to(p_cur.dtype.element_ty), boundary_check=(0, 1))
 
 
 @triton.jit
@@ -584,7 +615,8 @@ def _kda_gate_bwd_kernel(
     p_dG = tl.make_block_ptr(dG + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     b_dg = tl.where(m_tk, tl.cumsum(tl.load(p_dG, boundary_check=(0, 1)), axis=0, reverse=True) + b_dGl[None, :], 0.0)
     if GATE > 0:
-        b_x, a = _gate_input(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, HV, K, BT, BK, HAS_A_LOG, HAS_DT_BIAS)
+        b_x, a = _gate_input_of(_gate_tile(g, bos, T, t0, i_hv, i_k, HV, K, BT, BK), A_log, dt_bias, i_hv, i_k, K,
+                                BK, HAS_A_LOG, HAS_DT_BIAS)
         b_dg, b_da = kda_gate_act_bwd(b_x, a, lower_bound, b_dg, GATE)
         b_dg = tl.where(m_tk, b_dg, 0.0)
         if HAS_A_LOG:
