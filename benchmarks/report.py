@@ -194,8 +194,8 @@ def time_vs_t_groups(timed: list[dict]) -> dict[tuple, list[tuple[int, float]]]:
     return {key: sorted(points.items()) for key, points in groups.items() if len(points) >= 2}
 
 
-def write_plots(rows: list[dict], out: Path) -> list[str]:
-    """Write speedup.png and time_vs_T.png into ``out``; returns markdown lines (images or notes)."""
+def write_plots(rows: list[dict], out: Path, prefix: str = "") -> list[str]:
+    """Write <prefix>speedup.png and <prefix>time_vs_T.png into ``out``; returns markdown lines (images or notes)."""
     try:
         import matplotlib
 
@@ -222,9 +222,9 @@ def write_plots(rows: list[dict], out: Path) -> list[str]:
             ax.set_ylabel("speedup vs fla (x)")
             ax.set_title(f"{mode}: fla median / median")
         fig.tight_layout()
-        fig.savefig(out / "speedup.png", dpi=120)
+        fig.savefig(out / f"{prefix}speedup.png", dpi=120)
         plt.close(fig)
-        notes.append("![speedup against fla](speedup.png)")
+        notes.append(f"![speedup against fla]({prefix}speedup.png)")
     else:
         notes.append("No speedup plot: no case has timings of both fla and another implementation.")
     groups = time_vs_t_groups(timed)
@@ -240,9 +240,9 @@ def write_plots(rows: list[dict], out: Path) -> list[str]:
         ax.legend(fontsize=7)
         ax.set_title("time against sequence length")
         fig.tight_layout()
-        fig.savefig(out / "time_vs_T.png", dpi=120)
+        fig.savefig(out / f"{prefix}time_vs_T.png", dpi=120)
         plt.close(fig)
-        notes.append("![time against T](time_vs_T.png)")
+        notes.append(f"![time against T]({prefix}time_vs_T.png)")
     else:
         notes.append("No time-vs-T plot: no group of fixed-length rows with two or more values of T.")
     return notes
@@ -252,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", type=Path, help="JSONL files written by benchmarks.run or gpu_check")
     parser.add_argument("--out", type=Path, required=True, help="folder for report.md and the PNG plots")
+    parser.add_argument("--name", default="report",
+                        help="file stem: writes NAME.md and NAME_speedup.png / NAME_time_vs_T.png (default: report.md, "
+                             "speedup.png, time_vs_T.png)")
     args = parser.parse_args(argv)
     missing = [str(p) for p in args.inputs if not p.is_file()]
     if missing:
@@ -262,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmarks.report: no rows in {', '.join(map(str, args.inputs))}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    notes = write_plots(rows, args.out)
-    path = args.out / "report.md"
+    notes = write_plots(rows, args.out, "" if args.name == "report" else f"{args.name}_")
+    path = args.out / f"{args.name}.md"
     path.write_text(render_markdown(rows, notes))
     print(f"wrote {path} ({len(rows)} rows)" + "".join(f"\n  {n}" for n in notes), flush=True)
     return 0

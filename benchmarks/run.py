@@ -160,7 +160,10 @@ def package_version(dist: str, module: str) -> str:
 
 
 def git_sha() -> str:
-    """HEAD of the repository holding this file, or "unknown" (e.g. a copy of the tree without .git)."""
+    """$KDA_GIT_SHA when set (a copy of the tree, such as the device's, may carry a stale .git), else HEAD of the
+    repository holding this file, else "unknown"."""
+    if os.environ.get("KDA_GIT_SHA"):
+        return os.environ["KDA_GIT_SHA"]
     try:
         done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):

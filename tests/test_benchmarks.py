@@ -468,6 +468,8 @@ def test_report_cli_and_plots_without_matplotlib(tmp_path, monkeypatch, capsys):
     text = (out / "report.md").read_text()
     assert "Plots skipped: matplotlib is not importable" in text
     assert not list(out.glob("*.png"))
+    assert report.main([str(path), "--out", str(out), "--name", "H100"]) == 0
+    assert (out / "H100.md").read_text() == text
     assert report.main([str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
@@ -484,6 +486,17 @@ def test_report_plots_with_matplotlib(tmp_path):
     notes = report.write_plots(fake_rows(), tmp_path)
     assert notes == ["![speedup against fla](speedup.png)", "![time against T](time_vs_T.png)"]
     assert (tmp_path / "speedup.png").stat().st_size > 1000 and (tmp_path / "time_vs_T.png").stat().st_size > 1000
+    assert report.write_plots(fake_rows(), tmp_path, "H100_")[0] == "![speedup against fla](H100_speedup.png)"
+    assert (tmp_path / "H100_speedup.png").is_file()
+
+
+def test_git_sha_override(monkeypatch):
+    from benchmarks import run
+
+    monkeypatch.setenv("KDA_GIT_SHA", "abc123")
+    assert run.git_sha() == "abc123"
+    monkeypatch.delenv("KDA_GIT_SHA")
+    assert run.git_sha() != "abc123"
 
 
 def test_time_vs_t_groups():
