@@ -24,7 +24,7 @@ from triton_kda.check.portability import (
     ptxas_usage,
 )
 from triton_kda.check.table import build_table, exit_code
-from triton_kda.configs import CompileSpec, _kpad, intra_bwd_config, intra_config, state_config, wy_bwd_config
+from triton_kda.configs import CompileSpec
 
 
 def _scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
@@ -133,15 +133,3 @@ def test_ptxas_binaries_are_bundled():
     assert binaries and binaries[0].name == "ptxas", binaries
     assert all(p.is_relative_to(Path(triton.__file__).parent) for p in binaries)
 
-
-@pytest.mark.parametrize("arch", sorted(SMEM_LIMITS))
-def test_gpu_tiles_are_at_least_32_wide(arch):
-    """16-wide K or V tiles in bf16/fp16 products gave illegal addresses and wrong outputs on sm_90 (triton 3.6):
-    every table entry a GPU can pick for 16-bit inputs is 32 wide or more, for small and odd head dims too."""
-    for K, V in ((8, 8), (16, 16), (20, 100), (60, 24), (128, 128), (256, 256)):
-        tiles = {"pad K": _kpad(K, arch), "pad V": _kpad(V, arch), "state BV": state_config(arch, K, V, 2).BV}
-        for name, cfg in (("intra", intra_config), ("wy_bwd", wy_bwd_config), ("intra_bwd", intra_bwd_config)):
-            c = cfg(arch, K, V)
-            tiles.update({f"{name} BK": c.BK, f"{name} BV": c.BV})
-        narrow = {n: t for n, t in tiles.items() if t < 32}
-        assert not narrow, f"sm_{arch} K={K} V={V}: tiles narrower than 32: {narrow}"

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from triton_kda.configs import _kpad, arch_of, intra_config, state_config
+from triton_kda.configs import _kpad, arch_of, intra_candidates, intra_config, state_candidates, state_config, tuned
 from triton_kda.gate import GATE_LOWER_BOUND, gate_mode
 from triton_kda.intra import RANGE_MAX, _kda_intra_fwd_kernel
 from triton_kda.state import _kda_state_fwd_kernel
@@ -90,7 +90,7 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, B
     TT, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     dev, dt = q.device, q.dtype
-    cfg = intra_config(arch_of(dev), K, V)
+    arch = arch_of(dev)
     f32 = dict(device=dev, dtype=torch.float32)
     aux = store_aux
     a_dt = dt if dt == torch.bfloat16 else torch.float32
@@ -104,20 +104,25 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, B
         Akk=torch.empty(TT, HV, BT, device=dev, dtype=a_dt) if aux else None,
     )
     gate = gate_mode(use_gate_in_kernel, lower_bound)
-    _kda_intra_fwd_kernel[(plan.NT, HV)](
-        q, k, v, g, beta, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
-        *(x if x is not None else out.gl for x in out), plan.cu_seqlens, plan.chunk_indices, scale,
-        lower_bound if lower_bound is not None else 0.0,
-        H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,
-        USE_L2NORM=use_qk_l2norm_in_kernel, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
-        HAS_DT_BIAS=gate > 0 and dt_bias is not None, BETA_SIGMOID=use_beta_sigmoid_in_kernel,
-        BETA_SCALE=2.0 if allow_neg_eigval else 1.0, STORE_AUX=store_aux, IS_BF16=dt == torch.bfloat16,
-        PREC=_precision(dt), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        # the lower-bound gate keeps every BC-row block's gate range under RANGE_MAX when
-        # (BC - 1) |lower_bound| log2(e) does (safe gates: 108.2 < 110): no exact rows, no range check
-        EXACT_ROWS=not (gate == GATE_LOWER_BOUND
-                        and -lower_bound * (cfg.BC - 1) / math.log(2) <= RANGE_MAX.value - 1),
-    )
+
+    def launch(cfg):
+        _kda_intra_fwd_kernel[(plan.NT, HV)](
+            q, k, v, g, beta, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
+            *(x if x is not None else out.gl for x in out), plan.cu_seqlens, plan.chunk_indices, scale,
+            lower_bound if lower_bound is not None else 0.0,
+            H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,
+            USE_L2NORM=use_qk_l2norm_in_kernel, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
+            HAS_DT_BIAS=gate > 0 and dt_bias is not None, BETA_SIGMOID=use_beta_sigmoid_in_kernel,
+            BETA_SCALE=2.0 if allow_neg_eigval else 1.0, STORE_AUX=store_aux, IS_BF16=dt == torch.bfloat16,
+            PREC=_precision(dt), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            # the lower-bound gate keeps every BC-row block's gate range under RANGE_MAX when
+            # (BC - 1) |lower_bound| log2(e) does (safe gates: 108.2 < 110): no exact rows, no range check
+            EXACT_ROWS=not (gate == GATE_LOWER_BOUND
+                            and -lower_bound * (cfg.BC - 1) / math.log(2) <= RANGE_MAX.value - 1),
+        )
+
+    key = ("intra_fwd", arch, dt, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate, store_aux)
+    launch(tuned(key, intra_config(arch, K, V), intra_candidates(arch, K, V), launch))
     return out
 
 
@@ -126,7 +131,6 @@ def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, 
     TT, HV, K = intra.w.shape
     dev, dt = intra.w.device, intra.w.dtype
     arch = arch_of(dev)
-    cfg = state_config(arch, K, V, intra.w.element_size())
     o = torch.empty(TT, HV, V, device=dev, dtype=dt)
     # intra-card CP: long sequences run as pieces, each from its start state (state_cp.py)
     pieces = plan_pieces(plan.lens, BT, HV, K, V, intra.w.element_size(), dev)
@@ -139,17 +143,22 @@ def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, 
     ht = torch.empty(shape, device=dev, dtype=torch.float32) if output_final_state else None
     h = torch.empty(plan.NT, HV, *shape[2:], device=dev, dtype=h_dtype) if store_h else None
     v_new = torch.empty(TT, HV, V, device=dev, dtype=dt) if store_v_new else None
-    grid = (triton.cdiv(V, cfg.BV), runs.N, HV)
-    _kda_state_fwd_kernel[grid](
-        intra.qg, intra.kg, intra.w, intra.u, intra.Aqk, intra.gl,
-        h0 if h0 is not None else o, o, ht if ht is not None else o,
-        h if h is not None else o, v_new if v_new is not None else o,
-        runs.cu_seqlens, runs.chunk_offsets,
-        HV=HV, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=cfg.BV,
-        HAS_H0=h0 is not None, STORE_HT=output_final_state, STORE_H=store_h, STORE_VNEW=store_v_new,
-        V_FIRST=state_v_first, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+
+    def launch(cfg):
+        _kda_state_fwd_kernel[(triton.cdiv(V, cfg.BV), runs.N, HV)](
+            intra.qg, intra.kg, intra.w, intra.u, intra.Aqk, intra.gl,
+            h0 if h0 is not None else o, o, ht if ht is not None else o,
+            h if h is not None else o, v_new if v_new is not None else o,
+            runs.cu_seqlens, runs.chunk_offsets,
+            HV=HV, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=cfg.BV,
+            HAS_H0=h0 is not None, STORE_HT=output_final_state, STORE_H=store_h, STORE_VNEW=store_v_new,
+            V_FIRST=state_v_first, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+
+    es = intra.w.element_size()
+    key = ("state_fwd", arch, dt, K, V, BT, HV, triton.next_power_of_2(runs.N), store_h, store_v_new)
+    launch(tuned(key, state_config(arch, K, V, es), state_candidates(arch, K, V, es), launch))
     if pieces is not None and ht is not None:
         ht = ht[pieces.last]
     return StateOut(o, ht, h, v_new)

@@ -1,16 +1,24 @@
 """Launch configurations, one small table per architecture; read lazily per device, never at import.
 
-`TRITON_KDA_AUTOTUNE=1` is reserved for tuning experiments; the defaults below need no tuning on first call.
+The table needs no tuning on a first call. With `TRITON_KDA_AUTOTUNE=1` the heaviest launches (intra forward, state
+forward, chunk-local backward) instead time the table's entry and a few alternatives once per problem key and keep
+the fastest for the process (`tuned`); the alternatives are configurations known to compile and give correct
+results (the intra forward, for one, gives wrong outputs with 2 pipeline stages on triton 3.6, so none is offered).
 """
 from __future__ import annotations
 
 import functools
+import logging
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import torch
 import triton
+
+logger = logging.getLogger("triton_kda.autotune")
+C = TypeVar("C")
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,47 @@ class StateConfig:
 
 def is_interpreter() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def autotune_enabled() -> bool:
+    """TRITON_KDA_AUTOTUNE=1 (read on every call; off under the interpreter, which cannot time kernels)."""
+    value = os.environ.get("TRITON_KDA_AUTOTUNE", "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"TRITON_KDA_AUTOTUNE must be 0 or 1, got {value!r}")
+    return value == "1" and not is_interpreter()
+
+
+_TUNED: dict[tuple, object] = {}
+
+
+def tuned(key: tuple, default: C, candidates: Sequence[C], run: Callable[[C], object],
+          bench: Callable[[Callable[[], object]], float] | None = None) -> C:
+    """The configuration to launch with for `key` (a tuple naming the kernel and the problem): `default` (the
+    table's), or with TRITON_KDA_AUTOTUNE=1 the fastest of `default` and `candidates` by the median time of
+    `run(cfg)` (which launches the kernel on the caller's inputs), measured the first time `key` is seen and then
+    remembered for the process. `bench` times a callable in ms (default `triton.testing.do_bench`). A candidate that
+    raises (e.g. more shared memory than this GPU has) is skipped with a warning; the default never is."""
+    if not autotune_enabled():
+        return default
+    if key not in _TUNED:
+        if bench is None:
+            from triton.testing import do_bench
+
+            def bench(fn):
+                return do_bench(fn, warmup=5, rep=25, return_mode="median")
+
+        times = {default: bench(lambda: run(default))}
+        for cfg in dict.fromkeys(candidates):
+            if cfg in times:
+                continue
+            try:
+                times[cfg] = bench(lambda cfg=cfg: run(cfg))
+            except Exception as exc:  # a candidate this GPU cannot run is not a choice, not an error
+                logger.warning("autotune %s: skipped %s: %s: %s", key, cfg, type(exc).__name__, exc)
+        _TUNED[key] = min(times, key=times.get)
+        logger.info("autotuned %s: %s (%s)", key, _TUNED[key],
+                    ", ".join(f"{cfg}: {ms:.3f} ms" for cfg, ms in times.items()))
+    return _TUNED[key]
 
 
 @dataclass(frozen=True)
@@ -86,6 +135,13 @@ def intra_config(arch: int, K: int, V: int) -> IntraConfig:
     return IntraConfig(BC=16, BK=32, BV=BV, num_warps=4, num_stages=1)
 
 
+def intra_candidates(arch: int, K: int, V: int) -> list[IntraConfig]:
+    """Alternatives to `intra_config` for TRITON_KDA_AUTOTUNE (one pipeline stage: 2 gave wrong outputs)."""
+    base = intra_config(arch, K, V)
+    return [IntraConfig(BC=16, BK=bk, BV=base.BV, num_warps=w, num_stages=1)
+            for bk in (32, 64) if bk <= _kpad(K, arch) for w in (4, 8)]
+
+
 def wy_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
     """The WY backward (one program per chunk and v-head, V slices of BV; with fp32 inputs K slices of BK inside)."""
     return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=min(32 if arch == 0 else 64, _kpad(V, arch)), num_warps=4,
@@ -99,6 +155,13 @@ def intra_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
     # H100 B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 64 / BV 64 / 4 warps / 2 stages 4.13 ms; 1 stage
     # 5.09, BV 32 5.89, BV 128 5.99, BK 128 / 8 warps 6.34, BK 32 / 2 stages 6.56, BK 32 / 8 warps 15.4
     return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=min(64, _kpad(V, arch)), num_warps=4, num_stages=2)
+
+
+def intra_bwd_candidates(arch: int, K: int, V: int) -> list[IntraConfig]:
+    """Alternatives to `intra_bwd_config` for TRITON_KDA_AUTOTUNE: the configurations of the H100 sweep (NOTES.md)."""
+    kp, vp = _kpad(K, arch), _kpad(V, arch)
+    return [IntraConfig(BC=16, BK=min(bk, kp), BV=min(bv, vp), num_warps=w, num_stages=s)
+            for bk, bv, w, s in ((64, 64, 4, 1), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 1))]
 
 
 class GateBwdConfig(NamedTuple):
@@ -125,6 +188,14 @@ def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
     # H100 bf16 K128 (docs/benchmarks/NOTES.md): 3 stages 0.35 ms, 2 stages 0.43 ms
     stages = 3 if elem_size == 2 and BK <= 128 else 2 if elem_size * BK <= 256 else 1
     return StateConfig(BV=min(BV, _kpad(V, arch)), num_warps=4, num_stages=stages)
+
+
+def state_candidates(arch: int, K: int, V: int, elem_size: int) -> list[StateConfig]:
+    """Alternatives to `state_config` for TRITON_KDA_AUTOTUNE: narrower V blocks and fewer pipeline stages (never
+    more than the table's, which are bounded by shared memory)."""
+    base = state_config(arch, K, V, elem_size)
+    widths = [base.BV] + ([base.BV // 2] if base.BV // 2 >= 32 else [])
+    return [StateConfig(BV=bv, num_warps=4, num_stages=s) for bv in widths for s in range(1, base.num_stages + 1)]
 
 
 def cp_config(arch: int, K: int, V: int, elem_size: int) -> CPConfig:

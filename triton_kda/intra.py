@@ -23,7 +23,15 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda.configs import _kpad, arch_of, gate_bwd_config, intra_bwd_config, wy_bwd_config
+from triton_kda.configs import (
+    _kpad,
+    arch_of,
+    gate_bwd_config,
+    intra_bwd_candidates,
+    intra_bwd_config,
+    tuned,
+    wy_bwd_config,
+)
 from triton_kda.gate import kda_gate_act, kda_gate_act_bwd
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -695,20 +703,27 @@ def intra_bwd(q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta_act, h, dh, v_ne
     gate: the GATE constexpr; wy: `wy_bwd`'s outputs."""
     TT, H, K = q.shape
     HV, V = g.shape[1], v_new.shape[2]
-    cfg = intra_bwd_config(arch_of(q.device), K, V)
-    NC, NK = BT // cfg.BC, triton.cdiv(K, cfg.BK)
+    arch = arch_of(q.device)
     f32 = dict(device=q.device, dtype=torch.float32)
     dq, dk, dG = (torch.empty(TT, HV, K, **f32) for _ in range(3))
-    dbeta = torch.empty(NK, TT, HV, **f32)
-    dGl_part = torch.empty(plan.NT, NC, HV, K, **f32)
-    _kda_intra_bwd_kernel[(plan.NT * NC, HV, NK)](
-        q, k, g, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
-        gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dG, dbeta, dGl_part,
-        plan.cu_seqlens, plan.chunk_indices, scale, lower_bound if lower_bound is not None else 0.0, TT,
-        H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,
-        GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None, HAS_DT_BIAS=gate > 0 and dt_bias is not None,
-        V_FIRST=state_v_first, PREC=prec, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+
+    def launch(cfg):
+        """Run the kernel with `cfg`; returns its per-K-slice and per-block partials (their shapes follow BK, BC)."""
+        NC, NK = BT // cfg.BC, triton.cdiv(K, cfg.BK)
+        dbeta = torch.empty(NK, TT, HV, **f32)
+        dGl_part = torch.empty(plan.NT, NC, HV, K, **f32)
+        _kda_intra_bwd_kernel[(plan.NT * NC, HV, NK)](
+            q, k, g, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
+            gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dG, dbeta, dGl_part,
+            plan.cu_seqlens, plan.chunk_indices, scale, lower_bound if lower_bound is not None else 0.0, TT,
+            H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,
+            GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None, HAS_DT_BIAS=gate > 0 and dt_bias is not None,
+            V_FIRST=state_v_first, PREC=prec, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+        return dbeta, dGl_part
+
+    key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate)
+    dbeta, dGl_part = launch(tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch))
     dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dG, dGl_part, plan, BT, gate=gate,
                                               lower_bound=lower_bound)
     return IntraBwdOut(dq, dk, dg, dbeta, dA_log_part, ddt_bias_part)

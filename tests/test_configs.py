@@ -1,0 +1,107 @@
+"""The launch table (`triton_kda/configs.py`): tile widths every GPU entry picks, and TRITON_KDA_AUTOTUNE's choice."""
+import pytest
+
+from triton_kda import configs
+from triton_kda.check.portability import SMEM_LIMITS
+from triton_kda.configs import (
+    _kpad,
+    intra_bwd_candidates,
+    intra_bwd_config,
+    intra_candidates,
+    intra_config,
+    state_candidates,
+    state_config,
+    tuned,
+    wy_bwd_config,
+)
+
+HEAD_DIMS = ((8, 8), (16, 16), (20, 100), (60, 24), (128, 128), (256, 256))
+
+
+@pytest.mark.parametrize("arch", sorted(SMEM_LIMITS))
+def test_gpu_tiles_are_at_least_32_wide(arch):
+    """16-wide K or V tiles in bf16/fp16 products gave illegal addresses and wrong outputs on sm_90 (triton 3.6):
+    every table entry and autotuning candidate a GPU can pick for 16-bit inputs is 32 wide or more."""
+    for K, V in HEAD_DIMS:
+        tiles = {"pad K": _kpad(K, arch), "pad V": _kpad(V, arch)}
+        entries = [("intra", c) for c in [intra_config(arch, K, V), *intra_candidates(arch, K, V)]]
+        entries += [("wy_bwd", wy_bwd_config(arch, K, V))]
+        entries += [("intra_bwd", c) for c in [intra_bwd_config(arch, K, V), *intra_bwd_candidates(arch, K, V)]]
+        for i, (name, c) in enumerate(entries):
+            tiles.update({f"{name}[{i}] BK": c.BK, f"{name}[{i}] BV": c.BV})
+        for i, c in enumerate([state_config(arch, K, V, 2), *state_candidates(arch, K, V, 2)]):
+            tiles[f"state[{i}] BV"] = c.BV
+        narrow = {n: t for n, t in tiles.items() if t < 32}
+        assert not narrow, f"sm_{arch} K={K} V={V}: tiles narrower than 32: {narrow}"
+
+
+@pytest.mark.parametrize("arch", sorted(SMEM_LIMITS))
+def test_autotune_candidates_stay_inside_what_was_validated(arch):
+    """The intra forward is offered one pipeline stage only (2 gave wrong outputs), the state kernels no more
+    stages and no wider V blocks than the table (the table's are bounded by shared memory)."""
+    for K, V in HEAD_DIMS:
+        assert all(c.num_stages == 1 for c in intra_candidates(arch, K, V))
+        for es in (2, 4):
+            base = state_config(arch, K, V, es)
+            for c in state_candidates(arch, K, V, es):
+                assert c.num_stages <= base.num_stages and c.BV <= base.BV
+
+
+def _enable(monkeypatch, value="1"):
+    monkeypatch.setenv("TRITON_KDA_AUTOTUNE", value)
+    monkeypatch.setattr(configs, "is_interpreter", lambda: False)
+    monkeypatch.setattr(configs, "_TUNED", {})
+
+
+def test_tuned_is_the_table_entry_by_default(monkeypatch):
+    monkeypatch.delenv("TRITON_KDA_AUTOTUNE", raising=False)
+    ran = []
+    assert tuned(("k",), "table", ["a", "b"], ran.append) == "table"
+    assert ran == []
+
+
+def test_tuned_off_under_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_KDA_AUTOTUNE", "1")
+    monkeypatch.setattr(configs, "is_interpreter", lambda: True)
+    ran = []
+    assert tuned(("k",), "table", ["a"], ran.append) == "table"
+    assert ran == []
+
+
+def test_tuned_picks_the_fastest_once_per_key(monkeypatch):
+    _enable(monkeypatch)
+    times = {"table": 2.0, "a": 1.0, "b": 3.0}
+    ran = []
+
+    def bench(fn):
+        fn()
+        return times[ran[-1]]
+
+    assert tuned(("k", 1), "table", ["a", "b", "a"], ran.append, bench) == "a"
+    assert ran == ["table", "a", "b"]
+    assert tuned(("k", 1), "table", ["a", "b"], ran.append, bench) == "a"
+    assert ran == ["table", "a", "b"], "a remembered key is not timed again"
+    times["table"] = 0.5
+    assert tuned(("k", 2), "table", ["a", "b"], ran.append, bench) == "table"
+
+
+def test_tuned_skips_a_candidate_that_raises(monkeypatch, caplog):
+    _enable(monkeypatch)
+    times = {"table": 2.0, "a": 1.0}
+
+    def run(cfg):
+        if cfg == "a":
+            raise RuntimeError("out of resources: shared memory")
+
+    def bench(fn):
+        fn()
+        return times["table"]
+
+    assert tuned(("k",), "table", ["a"], run, bench) == "table"
+    assert "skipped a: RuntimeError: out of resources" in caplog.text
+
+
+def test_bad_autotune_value(monkeypatch):
+    _enable(monkeypatch, "yes")
+    with pytest.raises(ValueError, match="TRITON_KDA_AUTOTUNE must be 0 or 1, got 'yes'"):
+        tuned(("k",), "table", [], lambda cfg: None)
