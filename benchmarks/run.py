@@ -648,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
     prov = provenance(device)
     log(f"GPU {prov['gpu']} (cc {prov['cc']}, {prov['sm_count']} SMs, L2 {prov['l2_mb']} MB); torch {prov['torch']}, "
         f"CUDA {prov['cuda']}, triton {prov['triton']}, fla {prov['fla']}, git {prov['git_sha'][:12]}")
-    stem = "cold-start" if args.cold_start else "bench-" + "+".join(suites) + ("-quick" if args.quick else "")
+    stem = "cold-start" if args.cold_start else "bench-" + "-".join(suites) + ("-quick" if args.quick else "")
     writer = JsonlWriter(output_path(args.out, stem))
     log(f"rows -> {writer.path}")
     if args.cold_start:
