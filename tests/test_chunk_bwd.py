@@ -16,6 +16,7 @@ TOL = {
     torch.float32: dict.fromkeys(LEAVES, 1e-5),
     torch.float16: dict(q=8e-3, k=8e-3, v=8e-3, g=2e-2, beta=2e-2, A_log=1e-2, dt_bias=1e-2, initial_state=1e-2),
 }
+TOL[torch.bfloat16] = TOL[torch.float16]
 STATE = dict(initial_state=True, output_final_state=True)
 IN_KERNEL = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
 RAGGED = [13, 0, 40, 7, 33]
@@ -111,6 +112,13 @@ def test_grads_match_oracle(params, dtype):
     for name, g in got.items():
         assert g.dtype == d[name].dtype, f"d{name}: dtype {g.dtype}, expected the input's {d[name].dtype}"
         assert_close(f"d{name}", g, ref[name], TOL[dtype][name])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", FP16_CASES, ids=[case_id(**p, dtype=torch.bfloat16) for p in FP16_CASES])
+def test_grads_match_oracle_bf16(params):
+    """bf16 has no interpreter support: GPU only, with the issue's 16-bit tolerances."""
+    test_grads_match_oracle(params, torch.bfloat16)
 
 
 DETERMINISM = [
