@@ -84,7 +84,30 @@ def test_interpreted_kernel_is_a_failed_row():
     assert not row.passed and "TRITON_INTERPRET" in row.reason
 
 
+def test_registers_come_from_tritons_own_ptxas_log(monkeypatch):
+    def no_second_run(ptx, arch):
+        raise AssertionError("check_spec assembled the PTX again")
+
+    monkeypatch.setattr(portability, "ptxas_usage", no_second_run)
+    row = check_spec(SCALE, 90)
+    assert row.passed and isinstance(row.registers, int) and row.note == ""
+
+
+def _compile_without_log(monkeypatch):
+    """Make check_spec see a Triton that does not hand over its ptxas log."""
+    compile_ = portability._compile
+    monkeypatch.setattr(portability, "_compile", lambda spec, arch: (compile_(spec, arch)[0], None))
+
+
+def test_without_tritons_log_a_separate_ptxas_run_reports(monkeypatch):
+    _compile_without_log(monkeypatch)
+    row = check_spec(SCALE, 89)
+    assert row.passed and isinstance(row.registers, int) and (row.spill_stores, row.spill_loads) == (0, 0)
+    assert row.note == "registers/spills from a separate ptxas -v run"
+
+
 def test_missing_ptxas_leaves_columns_empty_with_a_note(monkeypatch):
+    _compile_without_log(monkeypatch)
     monkeypatch.setattr(portability, "_ptxas_binaries", lambda arch: [])
     row = check_spec(SCALE, 89)
     assert row.passed and row.shared is not None

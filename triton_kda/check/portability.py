@@ -1,13 +1,16 @@
 """Ahead-of-time compiles of every kernel launch configuration for every supported NVIDIA architecture.
 
-No GPU is needed: `triton.compile` targets any compute capability, and Triton's bundled `ptxas` reports registers
-and spills. A configuration fails when it does not compile or when its shared memory (`metadata.shared`) exceeds
-the architecture's per-block limit; Triton itself does not check that limit without a device.
+No GPU is needed: `triton.compile` targets any compute capability, and the `ptxas -v` log of Triton's own assembly
+of the kernel gives registers and spills. A configuration fails when it does not compile or when its shared memory
+(`metadata.shared`) exceeds the architecture's per-block limit; Triton itself does not check that limit without a
+device.
 
 Kernels must be real `triton.jit` functions: define them with TRITON_INTERPRET unset (the CLI makes sure of it).
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import subprocess
 import tempfile
@@ -122,33 +125,50 @@ def ptxas_usage(ptx: str, arch: int) -> PtxasUsage:
     raise PtxasUnavailable(f"{gpu_name}: " + "; ".join(errors))
 
 
-def _compile(spec: CompileSpecLike, arch: int):
+def _compile(spec: CompileSpecLike, arch: int) -> tuple[Any, str | None]:
+    """Compile `spec` for `arch`. Also returns the `ptxas -v` log of Triton's own assembly of the kernel (the
+    registers and spills of the cubin Triton builds), or None when this Triton has no `knobs.nvidia.dump_ptxas_log`.
+    The compile bypasses Triton's cache, since a cached kernel would skip ptxas and leave no log."""
     if not isinstance(spec.fn, JITFunction):
         raise TypeError(
             f"spec {spec.name!r}: `fn` must be a triton.jit function, got {type(spec.fn).__name__} "
             "(kernels defined with TRITON_INTERPRET=1 cannot be compiled; unset it)"
         )
     src = ASTSource(spec.fn, dict(spec.signature), dict(spec.constexprs))
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                          options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
+    target = GPUTarget("cuda", arch, 32)
+    options = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
+    knobs = getattr(triton, "knobs", None)
+    if knobs is None or not hasattr(knobs.nvidia, "dump_ptxas_log"):
+        return triton.compile(src, target=target, options=options), None
+    log = io.StringIO()
+    with knobs.compilation.scope(), knobs.nvidia.scope(), contextlib.redirect_stdout(log):
+        knobs.compilation.always_compile = True
+        knobs.nvidia.dump_ptxas_log = True  # Triton prints the log to stdout
+        kernel = triton.compile(src, target=target, options=options)
+    return kernel, log.getvalue()
 
 
 def check_spec(spec: CompileSpecLike, arch: int) -> PortabilityRow:
     """Compile `spec` for compute capability `arch` (a key of SMEM_LIMITS) and report shared memory against the
-    arch's limit, registers and spills. Never raises for a kernel problem: a failed compile is a failed row."""
+    arch's limit, registers and spills (from Triton's ptxas log; with a Triton too old to hand it over, from a
+    separate `ptxas -v` run, which the row's note says). Never raises for a kernel problem: a failed compile is a
+    failed row."""
     if arch not in SMEM_LIMITS:
         raise ValueError(f"check_spec: `arch` must be one of {ARCHS}, got {arch!r}")
     limit = SMEM_LIMITS[arch]
     row = dict(kernel=spec.name, arch=arch, num_warps=spec.num_warps, num_stages=spec.num_stages, smem_limit=limit)
     try:
-        kernel = _compile(spec, arch)
+        kernel, log = _compile(spec, arch)
     except Exception as e:  # a kernel that does not compile is a result to report
         first = (str(e).strip().splitlines() or [""])[0][:300]
         return PortabilityRow(**row, shared=None, registers=None, spill_stores=None, spill_loads=None, passed=False,
                               reason=f"compile failed: {type(e).__name__}: {first}")
     shared = int(kernel.metadata.shared)
     try:
-        usage, note = ptxas_usage(kernel.asm["ptx"], arch), ""
+        if log is not None:
+            usage, note = parse_ptxas_log(log), ""
+        else:
+            usage, note = ptxas_usage(kernel.asm["ptx"], arch), "registers/spills from a separate ptxas -v run"
     except (PtxasUnavailable, ValueError, subprocess.TimeoutExpired) as e:
         usage, note = None, f"registers/spills unavailable: {e}"
     passed = shared <= limit
