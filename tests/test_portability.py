@@ -5,6 +5,9 @@ The toy kernels are wrapped in `JITFunction` directly rather than decorated with
 interpreter on for CPU-only machines, and an interpreted function cannot be compiled."""
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from triton_kda.check.cli import report
 from triton_kda.check.portability import (
     SMEM_LIMITS,
     PtxasUnavailable,
+    WorkerStartError,
     check_portability,
     check_spec,
     parse_ptxas_log,
@@ -168,3 +172,86 @@ def test_gpu_tiles_are_at_least_32_wide(arch):
             tiles.update({f"{name} BK": c.BK, f"{name} BV": c.BV})
         narrow = {n: t for n, t in tiles.items() if t < 32}
         assert not narrow, f"sm_{arch} K={K} V={V}: tiles narrower than 32: {narrow}"
+
+
+# ---------------------------------------------------------------- worker processes (jobs > 1)
+# Spawned workers unpickle the specs function by reference: these must be module-level.
+
+def _specs_but_none_for_sm120(arch):
+    if arch == 120:
+        raise KeyError("no launch table for sm_120")
+    return [SCALE._replace(name=f"scale BLOCK{b}", constexprs={"BLOCK": b}) for b in (256, 64, 128)]
+
+
+def _specs_troubled_in_workers(arch):
+    """One SCALE per arch; in a worker process, listing sm_90 kills the worker and sm_86 lists another name."""
+    if multiprocessing.parent_process() is not None:
+        if arch == 90:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if arch == 86:
+            return [SCALE._replace(name="renamed")]
+    return [SCALE]
+
+
+class _ExitsWhenUnpickled:
+    """Lists one spec here; a worker process that unpickles it exits with code 5 before it can take a job."""
+
+    def __call__(self, arch):
+        return [SCALE]
+
+    def __reduce__(self):
+        return (os._exit, (5,))
+
+
+def test_workers_give_the_serial_rows_in_the_serial_order():
+    archs = [90, 120, 89]
+    serial = check_portability(_specs_but_none_for_sm120, archs, jobs=1)
+    expected = [(s.name, 90) for s in _specs_but_none_for_sm120(90)] + [("<compile_specs>", 120)] + [
+        (s.name, 89) for s in _specs_but_none_for_sm120(89)]
+    assert [(r.kernel, r.arch) for r in serial] == expected
+    assert check_portability(_specs_but_none_for_sm120, archs, jobs=2) == serial
+
+
+def test_a_dead_worker_fails_its_row_and_is_replaced():
+    rows = check_portability(_specs_troubled_in_workers, [90, 89, 86, 80], jobs=2)
+    by_arch = {r.arch: r for r in rows}
+    assert [r.arch for r in rows] == [90, 89, 86, 80]
+    assert not by_arch[90].passed and by_arch[90].reason == "the worker process compiling it died (killed by SIGKILL)"
+    assert (by_arch[90].kernel, by_arch[90].num_warps) == ("scale BLOCK256", 4)
+    assert not by_arch[86].passed
+    assert by_arch[86].reason == "the worker process listed a different spec at index 0: 'renamed'"
+    assert by_arch[89].passed and by_arch[80].passed
+    assert multiprocessing.active_children() == []
+
+
+def test_a_worker_that_cannot_start_is_a_clear_error():
+    with pytest.raises(WorkerStartError, match=r"exited \(exit code 5\) before it could take a job"):
+        check_portability(_ExitsWhenUnpickled(), [89, 90], jobs=2)
+    assert multiprocessing.active_children() == []
+
+
+def test_interrupt_ends_the_workers(monkeypatch):
+    def interrupted(objects):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(portability, "wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        check_portability(_specs_but_none_for_sm120, [89, 90], jobs=2)
+    assert multiprocessing.active_children() == []
+
+
+def test_jobs_need_a_picklable_specs_function():
+    with pytest.raises(TypeError, match="must be picklable"):
+        check_portability(lambda arch: [SCALE], [89, 90], jobs=2)
+
+
+@pytest.mark.parametrize("jobs", [0, -1, 1.5, True, "2"], ids=repr)
+def test_bad_jobs_are_rejected(jobs):
+    with pytest.raises(ValueError, match="`jobs`"):
+        check_portability(_specs_but_none_for_sm120, [89], jobs=jobs)
+
+
+def test_one_compile_runs_in_this_process_whatever_jobs_says():
+    """One spec in all: no worker is started (a lambda would not pickle)."""
+    rows = check_portability(lambda arch: [SCALE], [89], jobs=4)
+    assert [(r.kernel, r.passed) for r in rows] == [("scale BLOCK256", True)]
