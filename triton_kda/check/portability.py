@@ -140,7 +140,8 @@ def ptxas_usage(ptx: str, arch: int) -> PtxasUsage:
 def _compile(spec: CompileSpecLike, arch: int) -> tuple[Any, str | None]:
     """Compile `spec` for `arch`. Also returns the `ptxas -v` log of Triton's own assembly of the kernel (the
     registers and spills of the cubin Triton builds), or None when this Triton has no `knobs.nvidia.dump_ptxas_log`.
-    The compile bypasses Triton's cache, since a cached kernel would skip ptxas and leave no log."""
+    The compile bypasses Triton's cache (a cached kernel would skip ptxas and leave no log) and writes its files to a
+    temporary cache directory that is removed afterwards (about 1.3 MB a kernel, which would fill ~/.triton)."""
     if not isinstance(spec.fn, JITFunction):
         raise TypeError(
             f"spec {spec.name!r}: `fn` must be a triton.jit function, got {type(spec.fn).__name__} "
@@ -153,7 +154,9 @@ def _compile(spec: CompileSpecLike, arch: int) -> tuple[Any, str | None]:
     if knobs is None or not hasattr(knobs.nvidia, "dump_ptxas_log"):
         return triton.compile(src, target=target, options=options), None
     log = io.StringIO()
-    with knobs.compilation.scope(), knobs.nvidia.scope(), contextlib.redirect_stdout(log):
+    with tempfile.TemporaryDirectory(prefix="kda-portability-") as cache_dir, knobs.cache.scope(), \
+            knobs.compilation.scope(), knobs.nvidia.scope(), contextlib.redirect_stdout(log):
+        knobs.cache.dir = cache_dir
         knobs.compilation.always_compile = True
         knobs.nvidia.dump_ptxas_log = True  # Triton prints the log to stdout
         kernel = triton.compile(src, target=target, options=options)
