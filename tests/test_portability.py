@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from triton_kda.check import portability
 from triton_kda.check.cli import report
 from triton_kda.check.portability import (
     SMEM_LIMITS,
+    PortabilityRow,
     PtxasUnavailable,
     WorkerStartError,
     check_portability,
@@ -57,6 +59,27 @@ def _square_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
     tl.store(y_ptr + r[:, None] * BLOCK + r[None, :], tl.dot(x, x))
 
 
+# Triton 3.7.1's interpreter leaves triton.language patched after an interpreted kernel calls a @triton.jit helper
+# (tl.sum, tl.max, ... from triton.language.standard): every later compile in that process fails, which is what a
+# pytest worker that ran interpreter tests first would see. Test modules are imported before any test runs, so this
+# snapshot holds the unpatched language; the fixture puts back what the interpreter replaced and drops the functions
+# it added, for the compiles these tests make in this process.
+_LANGUAGE = {obj: dict(vars(obj)) for obj in (tl, tl.core, tl.math, tl.tensor, tl.dtype,
+                                              tl.core.tensor_descriptor_base)}
+
+
+@pytest.fixture(autouse=True)
+def _unpatched_triton_language():
+    for obj, pristine in _LANGUAGE.items():
+        now = dict(vars(obj))
+        for name, value in now.items():
+            if name not in pristine and callable(value):
+                delattr(obj, name)
+        for name, value in pristine.items():
+            if now.get(name) is not value:
+                setattr(obj, name, value)
+
+
 SCALE = CompileSpec("scale BLOCK256", JITFunction(_scale_kernel),
                     {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 256}, 4, 2)
 # about 131072 B of shared memory: above the sm_86/89/120 limit (101376 B), below sm_80 and sm_90
@@ -87,6 +110,13 @@ def test_over_the_shared_memory_limit_fails():
     assert exit_code(build_table(rows)) == 1
     assert report(rows, stem="kda-portability") == 1
     assert report([r for r in rows if r.passed], stem="kda-portability") == 0
+
+
+def test_patched_language_is_a_clear_failed_row(monkeypatch):
+    monkeypatch.setattr(tl.core, "program_id", lambda *args, **kwargs: None)
+    row = check_spec(SCALE, 89)
+    assert not row.passed
+    assert row.reason.startswith("compile failed: RuntimeError: triton.language is still patched by Triton's")
 
 
 def test_compile_failure_is_a_failed_row():
@@ -153,6 +183,27 @@ def test_listing_error_is_a_failed_row():
     expected = [("scale BLOCK256", 89, True), ("<compile_specs>", 90, False)]
     assert [(r.kernel, r.arch, r.passed) for r in rows] == expected
     assert rows[1].reason == "listing specs raised KeyError: 'no launch table for sm_90'"
+
+
+def test_the_same_kernel_under_two_names_compiles_once(monkeypatch):
+    compiled = []
+
+    def fake_check_spec(spec, arch):
+        compiled.append((spec.name, arch))
+        return PortabilityRow(spec.name, arch, spec.num_warps, spec.num_stages, 1024, SMEM_LIMITS[arch], 32, 0, 0,
+                              True, note="from ptxas")
+
+    monkeypatch.setattr(portability, "check_spec", fake_check_spec)
+    specs = [SCALE, SCALE._replace(name="twin", constexprs={"BLOCK": 256}),  # an equal dict: the same kernel
+             SCALE._replace(name="other stages", num_stages=3),
+             SCALE._replace(name="unhashable", constexprs={"BLOCK": 256, "TILES": [1, 2]}),
+             SCALE._replace(name="unhashable twin", constexprs={"BLOCK": 256, "TILES": [1, 2]})]
+    rows = check_portability(lambda arch: specs, [89, 90])
+    compiled_names = ["scale BLOCK256", "other stages", "unhashable", "unhashable twin"]
+    assert compiled == [(name, arch) for arch in (89, 90) for name in compiled_names]
+    assert [(r.kernel, r.arch) for r in rows] == [(spec.name, arch) for arch in (89, 90) for spec in specs]
+    assert rows[1] == replace(rows[0], kernel="twin", note="same compile as 'scale BLOCK256'; from ptxas")
+    assert rows[6] == replace(rows[5], kernel="twin", note="same compile as 'scale BLOCK256'; from ptxas")
 
 
 def test_unknown_arch_is_rejected():

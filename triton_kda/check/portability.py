@@ -20,12 +20,13 @@ import subprocess
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Protocol
 
 import triton
+import triton.language as tl
 from tqdm import tqdm
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -137,6 +138,12 @@ def ptxas_usage(ptx: str, arch: int) -> PtxasUsage:
     raise PtxasUnavailable(f"{gpu_name}: " + "; ".join(errors))
 
 
+def _language_patched() -> bool:
+    """True when Triton's interpreter left its stand-ins for the language builtins in place (triton 3.7.1 undoes the
+    patch of a launched kernel, not the one `InterpretedFunction.__call__` makes for each helper call)."""
+    return not all(tl.core.is_builtin(module.program_id) for module in (tl, tl.core))
+
+
 def _compile(spec: CompileSpecLike, arch: int) -> tuple[Any, str | None]:
     """Compile `spec` for `arch`. Also returns the `ptxas -v` log of Triton's own assembly of the kernel (the
     registers and spills of the cubin Triton builds), or None when this Triton has no `knobs.nvidia.dump_ptxas_log`.
@@ -147,6 +154,11 @@ def _compile(spec: CompileSpecLike, arch: int) -> tuple[Any, str | None]:
             f"spec {spec.name!r}: `fn` must be a triton.jit function, got {type(spec.fn).__name__} "
             "(kernels defined with TRITON_INTERPRET=1 cannot be compiled; unset it)"
         )
+    if _language_patched():
+        raise RuntimeError(
+            "triton.language is still patched by Triton's interpreter in this process (an interpreted kernel called "
+            "a @triton.jit helper such as tl.sum, and Triton does not undo that patch), so nothing compiles here; "
+            "compile in a process that ran no interpreted kernel (jobs > 1 compiles in fresh worker processes)")
     src = ASTSource(spec.fn, dict(spec.signature), dict(spec.constexprs))
     target = GPUTarget("cuda", arch, 32)
     options = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
@@ -214,7 +226,8 @@ def check_portability(specs_for_arch: Callable[[int], Iterable[CompileSpecLike]]
                       progress: bool | None = None, jobs: int = 1) -> list[PortabilityRow]:
     """One row per (spec, arch) for every spec `specs_for_arch(arch)` lists (e.g. `triton_kda.configs.compile_specs`),
     in the order archs, then specs. If listing the specs of an arch raises, that arch gets one failed row naming the
-    error. `progress`: tqdm bar (None: only on a terminal).
+    error. Specs that are the same kernel under another name are compiled once; their rows say so in `note`.
+    `progress`: tqdm bar (None: only on a terminal).
 
     `jobs` > 1 compiles in that many worker processes (spawned, so `specs_for_arch` must be picklable: a module-level
     function); each worker lists the specs itself and compiles the ones named by (arch, index). A worker that dies
@@ -229,6 +242,8 @@ def check_portability(specs_for_arch: Callable[[int], Iterable[CompileSpecLike]]
         raise ValueError(f"check_portability: `jobs` must be a positive int, got {jobs!r}")
     rows: list[PortabilityRow | None] = []
     todo: list[_Job] = []
+    copies: dict[int, list[tuple[int, str]]] = {}  # position of a compiled job -> (position, name) of its twins
+    first: dict[tuple, _Job] = {}
     for arch in archs:
         try:
             specs = list(specs_for_arch(arch))
@@ -236,15 +251,25 @@ def check_portability(specs_for_arch: Callable[[int], Iterable[CompileSpecLike]]
             rows.append(_failed_row("<compile_specs>", arch, f"listing specs raised {type(e).__name__}: {e}"))
             continue
         for index, spec in enumerate(specs):
-            todo.append(_Job(len(rows), arch, index, spec))
+            job, key = _Job(len(rows), arch, index, spec), _compile_key(spec, arch)
             rows.append(None)
+            if key is not None and key in first:
+                copies[first[key].position].append((job.position, spec.name))
+                continue
+            if key is not None:
+                first[key] = job
+            copies[job.position] = []
+            todo.append(job)
     disable = None if progress is None else not progress
     with tqdm(total=len(rows), desc="kda-portability", unit="kernel", disable=disable) as bar:
-        bar.update(len(rows) - len(todo))
+        bar.update(sum(row is not None for row in rows))
 
         def done(job: _Job, row: PortabilityRow) -> None:
             rows[job.position] = row
-            bar.update()
+            for position, name in copies[job.position]:
+                rows[position] = replace(row, kernel=name, note="; ".join(
+                    filter(None, [f"same compile as {row.kernel!r}", row.note])))
+            bar.update(1 + len(copies[job.position]))
 
         if jobs == 1 or len(todo) < 2:
             for job in todo:
@@ -252,6 +277,19 @@ def check_portability(specs_for_arch: Callable[[int], Iterable[CompileSpecLike]]
         else:
             _check_in_workers(todo, specs_for_arch, min(jobs, len(todo)), done)
     return rows
+
+
+def _compile_key(spec: CompileSpecLike, arch: int) -> tuple | None:
+    """Equal for specs that compile to the same kernel (one function; equal signature, constexprs, warps, stages,
+    arch; spec lists repeat dtype-independent kernels under several names), None when a value is unhashable."""
+    key = (id(spec.fn), tuple(sorted(spec.signature.items())),
+           tuple(sorted((name, type(value).__name__, value) for name, value in spec.constexprs.items())),
+           spec.num_warps, spec.num_stages, arch)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 @dataclass(frozen=True)
