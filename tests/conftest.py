@@ -15,6 +15,8 @@ import pytest  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
+    # slow tests first: with `pytest -n 2` one worker runs them while the other works through the rest
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; this machine runs Triton through the CPU interpreter")

@@ -2,6 +2,7 @@
 with fake backends built on the oracle, and one end-to-end smoke run of the real quick grid."""
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -14,8 +15,10 @@ from reference.kda import kda_recurrent
 from triton_kda.check import cli
 from triton_kda.check.baseline import FLOORS, compare_baseline, load_baseline, regressed, save_baseline
 from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
+from triton_kda.check.portability import PortabilityRow, WorkerStartError, default_jobs
 from triton_kda.check.runner import Backend, Row, available_backends, check_config, threshold
 from triton_kda.check.table import build_table, exit_code, render
+from triton_kda.configs import compile_specs
 
 NAN = math.nan
 
@@ -241,6 +244,9 @@ _BAD_ARGV = {
     "portability-no-fla": ["--portability", "--no-fla"],
     "unknown-arch": ["--portability", "--arch", "75"],
     "arch-not-a-number": ["--portability", "--arch", "sm90"],
+    "jobs-without-portability": ["--jobs", "2"],
+    "zero-jobs": ["--portability", "--jobs", "0"],
+    "jobs-not-a-number": ["--portability", "--jobs", "all"],
     "unknown-option": ["--bogus"],
 }
 
@@ -262,6 +268,72 @@ def test_portability_main_rejects_bad_arch():
                          ids=["89-90", "120", "spaces"])
 def test_parse_archs(text, archs):
     assert cli.parse_archs(text) == archs
+
+
+def test_portability_main_rejects_bad_jobs():
+    with pytest.raises(SystemExit) as exc:
+        cli.portability_main(["--jobs", "-2"])
+    assert exc.value.code == cli.USAGE_ERROR
+
+
+@pytest.mark.parametrize(("text", "jobs"), [("1", 1), ("16", 16), (" 3", 3)], ids=["1", "16", "space"])
+def test_parse_jobs(text, jobs):
+    assert cli.parse_jobs(text) == jobs
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "1.5", "", "auto"])
+def test_parse_jobs_rejects(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="positive number of worker processes"):
+        cli.parse_jobs(text)
+
+
+def _fake_portability(monkeypatch, outcome):
+    """cli's portability run without compiles: record the arguments check_portability got, then `outcome()`."""
+    calls = []
+
+    def check_portability(specs_for_arch, archs, jobs):
+        calls.append((specs_for_arch, tuple(archs), jobs))
+        return outcome()
+
+    monkeypatch.setattr(cli, "_interpreting", lambda: False)
+    monkeypatch.setattr(cli, "check_portability", check_portability)
+    return calls
+
+
+def _portability_row(passed=True):
+    return PortabilityRow("k", 89, 4, 1, 1024, 101376, 64, 0, 0, passed)
+
+
+@pytest.mark.parametrize(("argv", "jobs"), [(["--jobs", "3"], 3), ([], "default")], ids=["jobs-3", "default"])
+def test_portability_passes_jobs(monkeypatch, capsys, argv, jobs):
+    calls = _fake_portability(monkeypatch, lambda: [_portability_row()])
+    assert cli.portability_main(["--arch", "89", *argv]) == 0
+    expected = default_jobs() if jobs == "default" else jobs
+    assert calls == [(compile_specs, (89,), expected)]
+    assert capsys.readouterr().out.startswith("kda-portability: compiling for sm_89 in ")
+
+
+def test_portability_interrupted_exits_130(monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    _fake_portability(monkeypatch, interrupted)
+    assert cli.main(["--portability", "--jobs", "2"]) == cli.INTERRUPTED == 130
+    assert "kda-portability: interrupted; no table written" in capsys.readouterr().err
+
+
+def test_portability_workers_that_cannot_start_exit_1(monkeypatch, capsys):
+    def cannot_start():
+        raise WorkerStartError("a kda-portability worker process exited (exit code 1) before it could take a job")
+
+    _fake_portability(monkeypatch, cannot_start)
+    assert cli.main(["--portability"]) == 1
+    assert "kda-portability: a kda-portability worker process exited (exit code 1)" in capsys.readouterr().err
+
+
+def test_portability_failed_row_exits_1(monkeypatch):
+    _fake_portability(monkeypatch, lambda: [_portability_row(), _portability_row(passed=False)])
+    assert cli.main(["--portability", "--arch", "89,90"]) == 1
 
 
 # ---------------------------------------------------------------- the runner, with fake backends on the oracle

@@ -1,8 +1,9 @@
 """Command line: `kda-check` (numerical regression against the fp64 oracle) and `kda-portability` (ahead-of-time
 compiles for every supported NVIDIA architecture).
 
-Exit codes: 0 all rows pass, 1 a row fails (tolerance, NaN, error, baseline regression, shared-memory limit),
-2 bad usage (bad arguments, unreadable baseline, a filter that matches nothing).
+Exit codes: 0 all rows pass, 1 a row fails (tolerance, NaN, error, baseline regression, shared-memory limit) or the
+portability workers could not start, 2 bad usage (bad arguments, unreadable baseline, a filter that matches nothing),
+130 interrupted (Ctrl-C during portability compiles).
 
 Triton decides at `triton.jit` time whether a kernel runs through its CPU interpreter, and importing this module
 already imports the kernels. So when the interpreter mode of this process is not the one the run needs (on for a
@@ -24,15 +25,17 @@ from tqdm import tqdm
 
 from triton_kda.check.baseline import compare_baseline, load_baseline, save_baseline
 from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
-from triton_kda.check.portability import ARCHS, check_portability
+from triton_kda.check.portability import ARCHS, WorkerStartError, check_portability, default_jobs
 from triton_kda.check.runner import Backend, Row, available_backends, check_config
 from triton_kda.check.table import build_table, exit_code, render, write_outputs
 from triton_kda.configs import compile_specs
 
-__all__ = ["build_parser", "main", "parse_archs", "portability_main", "report", "run_grid"]
+__all__ = ["build_parser", "main", "parse_archs", "parse_jobs", "portability_main", "report", "run_grid"]
 
 USAGE_ERROR = 2
+INTERRUPTED = 130
 _ARCH_HELP = f"compute capabilities, comma-separated (default {','.join(map(str, ARCHS))})"
+_JOBS_HELP = "compile in N worker processes (default: the CPU count, here {}); 1 compiles in this process"
 _CHECK_ONLY = ("quick", "full", "fwd_only", "filter", "baseline", "save_baseline", "list", "no_fla")
 
 
@@ -47,6 +50,17 @@ def parse_archs(text: str) -> tuple[int, ...]:
     if not archs or bad:
         raise argparse.ArgumentTypeError(f"architectures must be among {','.join(map(str, ARCHS))}, got {text!r}")
     return archs
+
+
+def parse_jobs(text: str) -> int:
+    """"4" -> 4: the number of portability worker processes, a positive integer."""
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of worker processes, got {text!r}")
+    return jobs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compile every kernel configuration ahead of time instead (same as kda-portability)")
     p.add_argument("--arch", type=parse_archs, metavar="LIST",
                    help=f"with --portability: {_ARCH_HELP}")
+    p.add_argument("--jobs", type=parse_jobs, metavar="N",
+                   help=f"with --portability: {_JOBS_HELP.format(default_jobs())}")
     return p
 
 
@@ -88,7 +104,10 @@ def _rerun(argv: list[str], interpret: bool) -> int:
         env["TRITON_INTERPRET"] = "1"
     else:
         env.pop("TRITON_INTERPRET", None)
-    return subprocess.run([sys.executable, "-m", "triton_kda.check.cli", *argv], env=env).returncode
+    try:
+        return subprocess.run([sys.executable, "-m", "triton_kda.check.cli", *argv], env=env).returncode
+    except KeyboardInterrupt:  # Ctrl-C reached the child too (same process group)
+        return INTERRUPTED
 
 
 def run_grid(configs: list[CheckConfig], backends: list[Backend], device: torch.device, *, backward: bool,
@@ -138,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         if given:
             parser.error(f"{', '.join(given)} cannot be combined with --portability")
         return _portability(args, argv)
-    if args.arch is not None:
-        parser.error("--arch applies to --portability only")
+    for option in ("arch", "jobs"):
+        if getattr(args, option) is not None:
+            parser.error(f"--{option} applies to --portability only")
 
     cuda = torch.cuda.is_available()
     configs = _select(args, cuda)
@@ -170,7 +190,17 @@ def main(argv: list[str] | None = None) -> int:
 def _portability(args: argparse.Namespace, argv: list[str]) -> int:
     if _interpreting():
         return _rerun(argv, interpret=False)
-    rows = check_portability(compile_specs, args.arch or ARCHS)
+    archs, jobs = args.arch or ARCHS, args.jobs or default_jobs()
+    print(f"kda-portability: compiling for {', '.join(f'sm_{a}' for a in archs)} in "
+          f"{'this process' if jobs == 1 else f'{jobs} worker processes'}", flush=True)
+    try:
+        rows = check_portability(compile_specs, archs, jobs=jobs)
+    except KeyboardInterrupt:
+        print("kda-portability: interrupted; no table written", file=sys.stderr)
+        return INTERRUPTED
+    except WorkerStartError as e:
+        print(f"kda-portability: {e}", file=sys.stderr)
+        return 1
     if not rows:
         print("kda-portability: compile_specs listed no kernel configuration", file=sys.stderr)
         return USAGE_ERROR
@@ -178,13 +208,14 @@ def _portability(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def portability_main(argv: list[str] | None = None) -> int:
-    """`kda-portability [--arch 89,90] [--out DIR]`: same as `kda-check --portability`."""
+    """`kda-portability [--arch 89,90] [--jobs N] [--out DIR]`: same as `kda-check --portability`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="kda-portability", description=(
         "Compile every kernel launch configuration the dispatcher can pick, for each architecture, and check "
         "shared memory against its limit; report registers and spills from ptxas."))
     parser.add_argument("--arch", type=parse_archs, default=ARCHS, metavar="LIST",
                         help=_ARCH_HELP)
+    parser.add_argument("--jobs", type=parse_jobs, metavar="N", help=_JOBS_HELP.format(default_jobs()))
     parser.add_argument("--out", metavar="DIR", type=Path, help="also write DIR/kda-portability.csv and .json")
     parser.parse_args(argv)
     return main(["--portability", *argv])
