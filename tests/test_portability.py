@@ -1,5 +1,6 @@
 """kda-portability on toy kernels: ahead-of-time compiles for sm_89 and sm_90 without a GPU, the report's fields,
-the shared-memory limit, compile failures and a missing ptxas.
+the shared-memory limit, compile failures, a missing ptxas, repeated kernels and the worker processes (order, a dead
+worker, one that cannot start, an interrupt). Then the CI gate: every real configuration for sm_89 and sm_90.
 
 The toy kernels are wrapped in `JITFunction` directly rather than decorated with `triton.jit`: conftest turns the
 interpreter on for CPU-only machines, and an interpreted function cannot be compiled."""
