@@ -391,6 +391,9 @@ def _kda_wy_bwd_kernel(
     b_dAqk = tl.zeros((BT, BT), dtype=tl.float32)
     b_dL = tl.zeros((BT, BT), dtype=tl.float32)  # dA with VIA_STATE
     b_db = tl.zeros((BT,), dtype=tl.float32)
+    if VIA_STATE:
+        p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
+        b_rkb = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0) * b_b
     for i_v in range(tl.cdiv(V, BV)):
         p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
@@ -404,9 +407,7 @@ def _kda_wy_bwd_kernel(
         b_dvb = tl.dot(b_At, b_dvn, input_precision=PREC)
         if VIA_STATE:
             o_v = i_v * BV + tl.arange(0, BV)
-            p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
             b_P = tl.zeros((BT, BV), dtype=tl.float32)
-            b_rkb = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0) * b_b
             for i_k in range(tl.cdiv(K, BK)):
                 o_k = i_k * BK + tl.arange(0, BK)
                 off_h = _state_offsets(o_k, o_v, K, V, V_FIRST)
