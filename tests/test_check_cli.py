@@ -221,6 +221,22 @@ def test_main_baseline_cycle_with_fake_runner(tmp_path, monkeypatch, capsys):
     assert cli.main(["--quick", "--filter", "fp16"]) == 1
 
 
+def test_run_grid_logs_one_line_per_config_off_a_terminal(monkeypatch, capsys):
+    configs = quick_grid()[:2]
+    fail_second = {configs[1].id}
+    monkeypatch.setattr(cli, "check_config", lambda c, backends, device, backward: [
+        _row(config=c.id, rel=1.0 if c.id in fail_second else 1e-6),
+        _row(config=c.id, backend="fla", rel=1.0, info=True)])
+    rows = cli.run_grid(configs, [], torch.device("cpu"), backward=False)
+    assert len(rows) == 4
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"kda-check [1/2] {configs[0].id}: ") and lines[0].endswith(" s, 0 failed")
+    assert lines[1].startswith(f"kda-check [2/2] {configs[1].id}: ") and lines[1].endswith(" s, 1 failed")
+    cli.run_grid(configs, [], torch.device("cpu"), backward=False, progress=False)
+    assert capsys.readouterr().err == ""
+
+
 def test_main_list_and_filter(capsys):
     assert cli.main(["--quick", "--list", "--filter", "seqlens"]) == 0
     ids = capsys.readouterr().out.split()

@@ -16,6 +16,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -112,11 +113,19 @@ def _rerun(argv: list[str], interpret: bool) -> int:
 
 def run_grid(configs: list[CheckConfig], backends: list[Backend], device: torch.device, *, backward: bool,
              progress: bool | None = None) -> list[Row]:
-    """Rows of every config on every backend (see runner.check_config). `progress`: tqdm bar (None: on a tty)."""
+    """Rows of every config on every backend (see runner.check_config). `progress`: tqdm bar (None: on a tty;
+    elsewhere, e.g. a log file, one line per config on stderr with its seconds and failed-row count)."""
     rows = []
-    disable = None if progress is None else not progress
-    for config in tqdm(configs, desc="kda-check", unit="config", disable=disable):
-        rows += check_config(config, backends, device, backward=backward)
+    bar = sys.stderr.isatty() if progress is None else progress
+    lines = progress is None and not bar
+    for i, config in enumerate(tqdm(configs, desc="kda-check", unit="config", disable=not bar), 1):
+        start = time.perf_counter()
+        new = check_config(config, backends, device, backward=backward)
+        rows += new
+        if lines:
+            failed = sum(not (r.passed or r.informational) for r in new)
+            print(f"kda-check [{i}/{len(configs)}] {config.id}: {time.perf_counter() - start:.1f} s, "
+                  f"{failed} failed", file=sys.stderr, flush=True)
     return rows
 
 
