@@ -16,7 +16,7 @@ from triton_kda.check import cli
 from triton_kda.check.baseline import FLOORS, compare_baseline, load_baseline, regressed, save_baseline
 from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
 from triton_kda.check.portability import PortabilityRow, WorkerStartError, default_jobs
-from triton_kda.check.runner import Backend, Row, available_backends, check_config, threshold
+from triton_kda.check.runner import Backend, Row, available_backends, check_config, fla_sample, threshold
 from triton_kda.check.table import build_table, exit_code, render
 from triton_kda.configs import compile_specs
 
@@ -430,6 +430,25 @@ def test_runner_pins_the_backend_environment(monkeypatch):
     assert "TRITON_KDA_BACKEND" not in os.environ
     assert [(b.name, b.env) for b in available_backends(torch.device("cpu"))] == [
         ("triton", (("TRITON_KDA_BACKEND", "triton"),))]
+
+
+def test_backend_only_restricts_its_configs():
+    runs = []
+
+    def backend(**kw):
+        runs.append(kw["q"].shape[1])
+        return _oracle_backend(**kw)
+
+    picky = Backend("picky", backend, only=lambda c: c.T == 12)
+    check_config(CheckConfig(1, 12, 1, 1, 8, 8), [picky], torch.device("cpu"), backward=False)
+    assert check_config(CheckConfig(1, 13, 1, 1, 8, 8), [picky], torch.device("cpu"), backward=False) == []
+    assert runs == [12]
+
+
+def test_fla_sample_is_the_bf16_kimi_configs():
+    sample = [c.id for c in full_grid() if fla_sample(c)]
+    assert len(sample) == 2 and all("bf16" in i and "safe_gate" in i and "l2norm" in i for i in sample)
+    assert any(c.seqlens is not None and c.HV > c.H for c in full_grid() if fla_sample(c))
 
 
 # ---------------------------------------------------------------- end to end: the real quick grid, one tiny config

@@ -37,7 +37,7 @@ USAGE_ERROR = 2
 INTERRUPTED = 130
 _ARCH_HELP = f"compute capabilities, comma-separated (default {','.join(map(str, ARCHS))})"
 _JOBS_HELP = "compile in N worker processes (default: the CPU count, here {}); 1 compiles in this process"
-_CHECK_ONLY = ("quick", "full", "fwd_only", "filter", "baseline", "save_baseline", "list", "no_fla")
+_CHECK_ONLY = ("quick", "full", "fwd_only", "filter", "baseline", "save_baseline", "list", "no_fla", "fla_all")
 
 
 def parse_archs(text: str) -> tuple[int, ...]:
@@ -76,8 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fwd-only", action="store_true", help="skip the backward checks")
     p.add_argument("--filter", metavar="SUBSTR", help="only configurations whose id contains SUBSTR")
     p.add_argument("--list", action="store_true", help="print the selected configuration ids and exit")
-    p.add_argument("--no-fla", action="store_true",
-                   help="leave out the informational fla rows (fla autotunes for minutes on every new shape)")
+    fla = p.add_mutually_exclusive_group()
+    fla.add_argument("--no-fla", action="store_true",
+                     help="leave out the informational fla rows (fla autotunes for minutes on every new shape)")
+    fla.add_argument("--fla-all", action="store_true",
+                     help="run fla on every configuration (default: only the bf16 ones with Kimi Linear's flags)")
     p.add_argument("--out", metavar="DIR", type=Path, help="also write the table as DIR/<tool>.csv and .json")
     p.add_argument("--save-baseline", metavar="FILE", type=Path, help="store this run's errors in FILE")
     p.add_argument("--baseline", metavar="FILE", type=Path,
@@ -187,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE_ERROR
 
     device = torch.device("cuda" if cuda else "cpu")
-    backends = available_backends(device, fla=not args.no_fla)
+    backends = available_backends(device, fla=not args.no_fla, fla_all=args.fla_all)
     where = torch.cuda.get_device_name(device) if cuda else "CPU (Triton interpreter)"
     print(f"kda-check: {len(configs)} configurations x {'forward' if args.fwd_only else 'forward+backward'} on "
           f"{where}, backends: {', '.join(b.name for b in backends)}")

@@ -21,7 +21,7 @@ from reference.kda import kda_recurrent
 from triton_kda import chunk_kda
 from triton_kda.check.grid import CheckConfig
 
-__all__ = ["Backend", "Row", "available_backends", "check_config", "threshold"]
+__all__ = ["Backend", "Row", "available_backends", "check_config", "fla_sample", "threshold"]
 
 # chunk_kda input -> name of its gradient in the table
 GRAD_NAMES = {
@@ -61,6 +61,7 @@ class Backend:
     fn: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
     informational: bool = False
     env: tuple[tuple[str, str], ...] = ()  # environment variables set while it runs forward and backward
+    only: Callable[[CheckConfig], bool] | None = None  # the configs it runs (None: every one)
 
 
 @dataclass(frozen=True)
@@ -79,15 +80,21 @@ class Row:
     reason: str = ""
 
 
-def available_backends(device: torch.device, *, fla: bool = True) -> list[Backend]:
+def available_backends(device: torch.device, *, fla: bool = True, fla_all: bool = False) -> list[Backend]:
     """Every backend that can run on `device`: our Triton `chunk_kda` always (through the interpreter on CPU), and
-    with `fla` fla's `chunk_kda` as an informational backend when fla is installed and `device` is a CUDA device."""
+    with `fla` fla's `chunk_kda` as an informational backend when fla is installed and `device` is a CUDA device,
+    on the `fla_sample` configs unless `fla_all` (fla autotunes for minutes on every new shape)."""
     backends = [Backend("triton", chunk_kda, env=((BACKEND_ENV_VAR, "triton"),))]
     if fla and device.type == "cuda" and importlib.util.find_spec("fla") is not None:
         from fla.ops.kda import chunk_kda as fla_chunk_kda
 
-        backends.append(Backend("fla", fla_chunk_kda, informational=True))
+        backends.append(Backend("fla", fla_chunk_kda, informational=True, only=None if fla_all else fla_sample))
     return backends
+
+
+def fla_sample(config: CheckConfig) -> bool:
+    """The configs fla runs by default: bf16 ones with Kimi Linear's flags (l2norm, gate in kernel, safe_gate)."""
+    return config.dtype == "bf16" and config.use_qk_l2norm_in_kernel and config.use_gate_in_kernel and config.safe_gate
 
 
 def _call_kwargs(config: CheckConfig, device: torch.device) -> dict:
@@ -153,7 +160,8 @@ def check_config(config: CheckConfig, backends: list[Backend], device: torch.dev
 
     rows = []
     for backend in backends:
-        rows += _check_backend(config, backend, kwargs, grad_inputs, refs, upstream)
+        if backend.only is None or backend.only(config):
+            rows += _check_backend(config, backend, kwargs, grad_inputs, refs, upstream)
     return rows
 
 
