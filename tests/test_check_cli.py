@@ -199,7 +199,7 @@ def test_report_writes_outputs_and_baseline(tmp_path, capsys):
 
 
 def _fake_run_grid(rel):
-    def run_grid(configs, backends, device, *, backward, progress=None):
+    def run_grid(configs, backends, device, *, backward, progress=None, jobs=1):
         names = ["o", "dq"] if backward else ["o"]
         return [_row(config=c.id, tensor=n, rel=rel, mx=rel) for c in configs for n in names]
     return run_grid
@@ -237,6 +237,37 @@ def test_run_grid_logs_one_line_per_config_off_a_terminal(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_run_grid_in_worker_processes_matches_one_process():
+    ids = ("B1-T20-H1-HV1-K16-V32-fp32-strong", "B1-T48-H1-HV2-K16-V16-fp32-ht")
+    configs = [c for c in quick_grid() if c.id in ids]
+    assert len(configs) == 2
+    backends = available_backends(torch.device("cpu"))
+    one = cli.run_grid(configs, backends, torch.device("cpu"), backward=True, progress=False)
+    two = cli.run_grid(configs, backends, torch.device("cpu"), backward=True, progress=False, jobs=2)
+    assert two == one and all(r.passed for r in one)
+
+
+def test_run_grid_reports_a_dead_worker_as_failed_rows():
+    configs = quick_grid()[:1]
+    unpicklable = Backend("local", lambda **kw: kw)
+    rows = cli.run_grid(configs, [unpicklable], torch.device("cpu"), backward=False, progress=False, jobs=2)
+    assert len(rows) == 1 and not rows[0].passed and rows[0].reason.startswith("worker process failed")
+
+
+def test_main_passes_jobs(monkeypatch):
+    seen = []
+
+    def run_grid(configs, backends, device, *, backward, progress=None, jobs=1):
+        seen.append(jobs)
+        return _fake_run_grid(1e-6)(configs, backends, device, backward=backward)
+
+    monkeypatch.setattr(cli, "run_grid", run_grid)
+    assert cli.main(["--quick", "--filter", "fp16", "--jobs", "3"]) == 0
+    assert cli.main(["--quick", "--filter", "fp16"]) == 0
+    assert cli.main(["--quick", "--filter", "fp16-h0-ht", "--jobs", "3"]) == 0
+    assert seen == [2, 1, 1]  # at most one worker per config; one process by default without CUDA
+
+
 def test_main_list_and_filter(capsys):
     assert cli.main(["--quick", "--list", "--filter", "seqlens"]) == 0
     ids = capsys.readouterr().out.split()
@@ -260,7 +291,6 @@ _BAD_ARGV = {
     "portability-no-fla": ["--portability", "--no-fla"],
     "unknown-arch": ["--portability", "--arch", "75"],
     "arch-not-a-number": ["--portability", "--arch", "sm90"],
-    "jobs-without-portability": ["--jobs", "2"],
     "zero-jobs": ["--portability", "--jobs", "0"],
     "jobs-not-a-number": ["--portability", "--jobs", "all"],
     "unknown-option": ["--bogus"],

@@ -13,10 +13,13 @@ TRITON_INTERPRET set accordingly and returns the child's exit code.
 from __future__ import annotations
 
 import argparse
+import math
+import multiprocessing
 import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +30,7 @@ from tqdm import tqdm
 from triton_kda.check.baseline import compare_baseline, load_baseline, save_baseline
 from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
 from triton_kda.check.portability import ARCHS, WorkerStartError, check_portability, default_jobs
-from triton_kda.check.runner import Backend, Row, available_backends, check_config
+from triton_kda.check.runner import Backend, Row, available_backends, check_config, threshold
 from triton_kda.check.table import build_table, exit_code, render, write_outputs
 from triton_kda.configs import compile_specs
 
@@ -90,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", type=parse_archs, metavar="LIST",
                    help=f"with --portability: {_ARCH_HELP}")
     p.add_argument("--jobs", type=parse_jobs, metavar="N",
-                   help=f"with --portability: {_JOBS_HELP.format(default_jobs())}")
+                   help="worker processes: with --portability " + _JOBS_HELP.format(default_jobs()) + "; else "
+                   f"configurations checked at once on the GPU (default {_gpu_jobs()}: first calls compile for "
+                   "seconds to minutes, on the CPU) or through the interpreter (default 1)")
     return p
 
 
@@ -114,22 +119,61 @@ def _rerun(argv: list[str], interpret: bool) -> int:
         return INTERRUPTED
 
 
+def _gpu_jobs() -> int:
+    return min(8, default_jobs())
+
+
+def _timed_check(config: CheckConfig, backends: list[Backend], device: torch.device,
+                 backward: bool) -> tuple[list[Row], float]:
+    start = time.perf_counter()
+    rows = check_config(config, backends, device, backward=backward)
+    return rows, time.perf_counter() - start
+
+
+def _lost(config: CheckConfig, backends: list[Backend], error: BaseException) -> list[Row]:
+    """Failed rows for a config whose worker process died (a crash poisons a CUDA context, so it is reported, not
+    retried)."""
+    reason = f"worker process failed: {type(error).__name__}: {str(error).strip()[:200]}"
+    return [Row(config.id, b.name, "o", math.nan, math.nan, threshold("o", config.dtype), False, b.informational,
+                reason) for b in backends]
+
+
 def run_grid(configs: list[CheckConfig], backends: list[Backend], device: torch.device, *, backward: bool,
-             progress: bool | None = None) -> list[Row]:
-    """Rows of every config on every backend (see runner.check_config). `progress`: tqdm bar (None: on a tty;
-    elsewhere, e.g. a log file, one line per config on stderr with its seconds and failed-row count)."""
-    rows = []
+             progress: bool | None = None, jobs: int = 1) -> list[Row]:
+    """Rows of every config on every backend (see runner.check_config), in the order of `configs`.
+
+    `jobs` > 1 checks that many configs at once in spawned worker processes (the first call of each config compiles
+    its kernels on the CPU, which dominates a fresh GPU run); `backends` must then be picklable. `progress`: tqdm
+    bar (None: on a tty; elsewhere, e.g. a log file, one line per config on stderr with its seconds and failed-row
+    count)."""
     bar = sys.stderr.isatty() if progress is None else progress
     lines = progress is None and not bar
-    for i, config in enumerate(tqdm(configs, desc="kda-check", unit="config", disable=not bar), 1):
-        start = time.perf_counter()
-        new = check_config(config, backends, device, backward=backward)
-        rows += new
+    done: dict[str, list[Row]] = {}
+
+    def finished(config: CheckConfig, rows: list[Row], seconds: float) -> None:
+        done[config.id] = rows
         if lines:
-            failed = sum(not (r.passed or r.informational) for r in new)
-            print(f"kda-check [{i}/{len(configs)}] {config.id}: {time.perf_counter() - start:.1f} s, "
-                  f"{failed} failed", file=sys.stderr, flush=True)
-    return rows
+            failed = sum(not (r.passed or r.informational) for r in rows)
+            print(f"kda-check [{len(done)}/{len(configs)}] {config.id}: {seconds:.1f} s, {failed} failed",
+                  file=sys.stderr, flush=True)
+
+    with tqdm(total=len(configs), desc="kda-check", unit="config", disable=not bar) as tq:
+        if jobs <= 1:
+            for config in configs:
+                finished(config, *_timed_check(config, backends, device, backward))
+                tq.update()
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+                futures = {pool.submit(_timed_check, c, backends, device, backward): c for c in configs}
+                for future in as_completed(futures):
+                    config = futures[future]
+                    try:
+                        finished(config, *future.result())
+                    except Exception as e:  # a worker that died: its configs fail, the run goes on
+                        finished(config, _lost(config, backends, e), math.nan)
+                    tq.update()
+    return [row for config in configs for row in done[config.id]]
 
 
 def report(rows: list, *, stem: str = "kda-check", out: Path | None = None, baseline: pd.DataFrame | None = None,
@@ -169,9 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         if given:
             parser.error(f"{', '.join(given)} cannot be combined with --portability")
         return _portability(args, argv)
-    for option in ("arch", "jobs"):
-        if getattr(args, option) is not None:
-            parser.error(f"--{option} applies to --portability only")
+    if args.arch is not None:
+        parser.error("--arch applies to --portability only")
 
     cuda = torch.cuda.is_available()
     configs = _select(args, cuda)
@@ -194,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     where = torch.cuda.get_device_name(device) if cuda else "CPU (Triton interpreter)"
     print(f"kda-check: {len(configs)} configurations x {'forward' if args.fwd_only else 'forward+backward'} on "
           f"{where}, backends: {', '.join(b.name for b in backends)}")
-    rows = run_grid(configs, backends, device, backward=not args.fwd_only)
+    jobs = min(args.jobs or (_gpu_jobs() if cuda else 1), len(configs))
+    rows = run_grid(configs, backends, device, backward=not args.fwd_only, jobs=jobs)
     meta = {"device": where, "torch": torch.__version__, "triton": triton.__version__, "fwd_only": args.fwd_only}
     return report(rows, out=args.out, baseline=baseline, save_to=args.save_baseline, meta=meta)
 
