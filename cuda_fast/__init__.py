@@ -7,6 +7,7 @@ loads and probes nothing.
 from cuda_fast.registry import (
     ENV_VAR,
     Backend,
+    BackendDeclined,
     Registry,
     ReportEntry,
     Selection,
@@ -20,6 +21,7 @@ from cuda_fast.registry import (
 __all__ = [
     "ENV_VAR",
     "Backend",
+    "BackendDeclined",
     "Registry",
     "ReportEntry",
     "Selection",

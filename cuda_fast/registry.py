@@ -10,7 +10,7 @@ becomes the rejection reason).
   ``auto`` (default): the highest-priority backend (ties: registration order) whose capability matches the device,
       whose switch is on and whose verifier accepts the call; else Triton, with every rejection in the reason.
   ``triton``: always the Triton path.
-  a backend name: that backend, or ValueError with the reason it cannot take the call.
+  a backend name: that backend, or BackendDeclined (a ValueError) with the reason it cannot take the call.
 The compute capability is read on first use per device (``torch.cuda.get_device_capability``), never at import; a
 device that is not CUDA has none and goes to Triton without touching CUDA. Each distinct rejection is logged once at
 INFO on the logger ``triton_kda.backend``; the last selections are kept for ``backend_report()``.
@@ -38,6 +38,10 @@ REPORT_LENGTH = 32
 logger = logging.getLogger("triton_kda.backend")
 
 Capability = tuple[int, int]
+
+
+class BackendDeclined(ValueError):
+    """``TRITON_KDA_BACKEND`` forces a registered backend that cannot take the call (the message says why)."""
 Verifier = Callable[[dict], tuple[bool, str]]
 
 
@@ -161,7 +165,8 @@ class Registry:
     def select(self, op: str, args: dict, device: torch.device | str) -> Selection:
         """Choose the implementation of ``op`` for a call with ``args`` on ``device`` (see the module docstring).
 
-        Raises ValueError when ``TRITON_KDA_BACKEND`` names an unknown backend, or one that cannot take the call.
+        Raises ValueError when ``TRITON_KDA_BACKEND`` names an unknown backend, BackendDeclined (a ValueError) when
+        it names one that cannot take the call.
         """
         mode = os.environ.get(ENV_VAR, AUTO).strip() or AUTO
         device = torch.device(device)
@@ -202,8 +207,8 @@ class Registry:
             fn, reason = self._try(backend, op, args, device)
             if fn is not None:
                 return Selection(backend.name, fn, f"forced by {ENV_VAR}={backend.name}: {reason}")
-        raise ValueError(f"{ENV_VAR}={backend.name} forces backend {backend.name!r}, which cannot take this {op} "
-                         f"call: {reason}")
+        raise BackendDeclined(f"{ENV_VAR}={backend.name} forces backend {backend.name!r}, which cannot take this "
+                              f"{op} call: {reason}")
 
     def _device_problem(self, device: torch.device) -> str | None:
         if self._capability(device) is not None:

@@ -475,6 +475,33 @@ def test_backend_only_restricts_its_configs():
     assert runs == [12]
 
 
+def test_registered_cuda_backends_join_where_the_capability_fits(monkeypatch):
+    from cuda_fast import Backend as CudaBackend
+    from triton_kda.check import runner
+
+    def compiled(name, capabilities):
+        return CudaBackend(name=name, ops={"chunk_kda_fwd"}, capabilities=capabilities,
+                           verifiers={"chunk_kda_fwd": lambda args: (True, "fits")}, loader=lambda: None)
+
+    monkeypatch.setattr(runner, "registered", lambda: (compiled("sm90", {(9, 0)}), compiled("sm100", {(10, 0)})))
+    monkeypatch.setattr(runner, "cuda_capability", lambda device: (9, 0))
+    got = available_backends(torch.device("cuda"), fla=False)
+    assert [(b.name, b.env, b.informational) for b in got] == [
+        ("triton", (("TRITON_KDA_BACKEND", "triton"),), False), ("sm90", (("TRITON_KDA_BACKEND", "sm90"),), False)]
+    monkeypatch.setattr(runner, "cuda_capability", lambda device: None)
+    assert [b.name for b in available_backends(torch.device("cpu"), fla=False)] == ["triton"]
+
+
+def test_a_backend_that_declines_a_config_gives_no_rows():
+    from cuda_fast import BackendDeclined
+
+    def declines(**kw):
+        raise BackendDeclined("TRITON_KDA_BACKEND=sm90 forces backend 'sm90', which cannot take this call: K > 128")
+
+    rows = check_config(CheckConfig(1, 12, 1, 1, 8, 8), [Backend("sm90", declines)], torch.device("cpu"))
+    assert rows == []
+
+
 def test_fla_sample_is_the_bf16_kimi_configs():
     sample = [c.id for c in full_grid() if fla_sample(c)]
     assert len(sample) == 2 and all("bf16" in i and "safe_gate" in i and "l2norm" in i for i in sample)

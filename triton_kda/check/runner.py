@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from cuda_fast import ENV_VAR as BACKEND_ENV_VAR
+from cuda_fast import BackendDeclined, registered
+from cuda_fast.registry import cuda_capability
 from reference.harness import make_inputs, max_abs, rel_rmse
 from reference.kda import kda_recurrent
 from triton_kda import chunk_kda
@@ -81,10 +83,15 @@ class Row:
 
 
 def available_backends(device: torch.device, *, fla: bool = True, fla_all: bool = False) -> list[Backend]:
-    """Every backend that can run on `device`: our Triton `chunk_kda` always (through the interpreter on CPU), and
-    with `fla` fla's `chunk_kda` as an informational backend when fla is installed and `device` is a CUDA device,
-    on the `fla_sample` configs unless `fla_all` (fla autotunes for minutes on every new shape)."""
+    """Every backend that can run on `device`: our Triton `chunk_kda` always (through the interpreter on CPU); each
+    compiled backend of the `cuda_fast` registry that supports the device's compute capability (`chunk_kda` with
+    TRITON_KDA_BACKEND naming it; it gives rows only for the configs it takes); and with `fla` fla's `chunk_kda` as
+    an informational backend when fla is installed and `device` is a CUDA device, on the `fla_sample` configs unless
+    `fla_all` (fla autotunes for minutes on every new shape)."""
     backends = [Backend("triton", chunk_kda, env=((BACKEND_ENV_VAR, "triton"),))]
+    capability = cuda_capability(device)
+    backends += [Backend(b.name, chunk_kda, env=((BACKEND_ENV_VAR, b.name),))
+                 for b in registered() if capability is not None and b.supports(capability)]
     if fla and device.type == "cuda" and importlib.util.find_spec("fla") is not None:
         from fla.ops.kda import chunk_kda as fla_chunk_kda
 
@@ -206,6 +213,8 @@ def _run_backend(config: CheckConfig, backend: Backend, kwargs: dict, grad_input
     call_kwargs = _leaves(kwargs, grad_inputs, None, upstream is not None)
     try:
         o, ht = backend.fn(**call_kwargs)
+    except BackendDeclined:  # a compiled backend that does not take this config: no rows
+        return []
     except Exception as e:  # any failure of the backend is a result to report, not a crash of the tool
         return all_failed(fwd_names + bwd_names, _raised("forward", e))
     outputs = [o, ht][: len(fwd_names)]
