@@ -38,11 +38,11 @@ REPORT_LENGTH = 32
 logger = logging.getLogger("triton_kda.backend")
 
 Capability = tuple[int, int]
+Verifier = Callable[[dict], tuple[bool, str]]
 
 
 class BackendDeclined(ValueError):
     """``TRITON_KDA_BACKEND`` forces a registered backend that cannot take the call (the message says why)."""
-Verifier = Callable[[dict], tuple[bool, str]]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

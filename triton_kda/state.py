@@ -22,6 +22,7 @@ def grad_state_dtype(dtype: torch.dtype) -> torch.dtype:
     states, fp32 inputs keep fp32 accuracy)."""
     return torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
 
+
 @triton.jit
 def _seq_state_coords(cu_seqlens, i_n, i_v, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                       V_FIRST: tl.constexpr):

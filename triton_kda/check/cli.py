@@ -30,7 +30,7 @@ from tqdm import tqdm
 from triton_kda.check.baseline import compare_baseline, load_baseline, save_baseline
 from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
 from triton_kda.check.portability import ARCHS, WorkerStartError, check_portability, default_jobs
-from triton_kda.check.runner import Backend, Row, available_backends, check_config, threshold
+from triton_kda.check.runner import Backend, Row, available_backends, check_config, failed_rows
 from triton_kda.check.table import build_table, exit_code, render, write_outputs
 from triton_kda.configs import compile_specs
 
@@ -134,8 +134,7 @@ def _lost(config: CheckConfig, backends: list[Backend], error: BaseException) ->
     """Failed rows for a config whose worker process died (a crash poisons a CUDA context, so it is reported, not
     retried)."""
     reason = f"worker process failed: {type(error).__name__}: {str(error).strip()[:200]}"
-    return [Row(config.id, b.name, "o", math.nan, math.nan, threshold("o", config.dtype), False, b.informational,
-                reason) for b in backends]
+    return [row for b in backends for row in failed_rows(config, b, ["o"], reason)]
 
 
 def run_grid(configs: list[CheckConfig], backends: list[Backend], device: torch.device, *, backward: bool,

@@ -23,7 +23,7 @@ from reference.kda import kda_recurrent
 from triton_kda import chunk_kda
 from triton_kda.check.grid import CheckConfig
 
-__all__ = ["Backend", "Row", "available_backends", "check_config", "fla_sample", "threshold"]
+__all__ = ["Backend", "Row", "available_backends", "check_config", "failed_rows", "fla_sample", "threshold"]
 
 # chunk_kda input -> name of its gradient in the table
 GRAD_NAMES = {
@@ -90,8 +90,9 @@ def available_backends(device: torch.device, *, fla: bool = True, fla_all: bool 
     `fla_all` (fla autotunes for minutes on every new shape)."""
     backends = [Backend("triton", chunk_kda, env=((BACKEND_ENV_VAR, "triton"),))]
     capability = cuda_capability(device)
-    backends += [Backend(b.name, chunk_kda, env=((BACKEND_ENV_VAR, b.name),))
-                 for b in registered() if capability is not None and b.supports(capability)]
+    if capability is not None:
+        backends += [Backend(b.name, chunk_kda, env=((BACKEND_ENV_VAR, b.name),))
+                     for b in registered() if b.supports(capability)]
     if fla and device.type == "cuda" and importlib.util.find_spec("fla") is not None:
         from fla.ops.kda import chunk_kda as fla_chunk_kda
 
@@ -126,11 +127,17 @@ def _leaves(kwargs: dict, names: list[str], dtype: torch.dtype | None, requires_
     return out
 
 
+def failed_rows(config: CheckConfig, backend: Backend, tensors: list[str], reason: str) -> list[Row]:
+    """A failed row (no errors, `reason`) for each of `tensors` of `backend` on `config`."""
+    return [Row(config.id, backend.name, t, math.nan, math.nan, threshold(t, config.dtype), False,
+                backend.informational, reason) for t in tensors]
+
+
 def _compare(config: CheckConfig, backend: Backend, tensor: str, actual, ref: torch.Tensor) -> Row:
     thr = threshold(tensor, config.dtype)
 
     def failed(reason: str) -> Row:
-        return Row(config.id, backend.name, tensor, math.nan, math.nan, thr, False, backend.informational, reason)
+        return failed_rows(config, backend, [tensor], reason)[0]
 
     if actual is None:
         return failed("not returned")
@@ -204,11 +211,7 @@ def _run_backend(config: CheckConfig, backend: Backend, kwargs: dict, grad_input
     bwd_names = [n for n in refs if n not in fwd_names]
 
     def all_failed(names: list[str], reason: str) -> list[Row]:
-        return [
-            Row(config.id, backend.name, n, math.nan, math.nan, threshold(n, config.dtype), False,
-                backend.informational, reason)
-            for n in names
-        ]
+        return failed_rows(config, backend, names, reason)
 
     call_kwargs = _leaves(kwargs, grad_inputs, None, upstream is not None)
     try:
