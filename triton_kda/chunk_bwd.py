@@ -41,13 +41,14 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     """
     V = v.shape[2]
     prec = _precision(q.dtype)
-    st = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do, dht, plan, BT, V, want_dh0=want_dh0,
+    dh, dv_new, dh0 = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do, dht, plan, BT, V,
+                                want_dh0=want_dh0, state_v_first=state_v_first, prec=prec)
+    wy = wy_bwd(k, v, intra.Gc, intra.rstd_k, intra.beta, intra.Akk, h, v_new, dv_new, do, plan, BT,
+                state_v_first=state_v_first, prec=prec)
+    del dv_new  # [TT, HV, V] fp32: freed before the chunk-local stage's buffers are allocated
+    it = intra_bwd(q, k, g, A_log, dt_bias, intra.Gc, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, h, dh, v_new,
+                   wy, do, scale, plan, BT, gate=gate_mode(use_gate_in_kernel, lower_bound), lower_bound=lower_bound,
                    state_v_first=state_v_first, prec=prec)
-    gate = gate_mode(use_gate_in_kernel, lower_bound)
-    wy = wy_bwd(k, v, g, A_log, dt_bias, intra.rstd_k, intra.beta, intra.Akk, h, v_new, st.dv_new, do, plan, BT,
-                gate=gate, lower_bound=lower_bound, state_v_first=state_v_first, prec=prec)
-    it = intra_bwd(q, k, g, A_log, dt_bias, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, h, st.dh, v_new, wy,
-                   do, scale, plan, BT, gate=gate, lower_bound=lower_bound, state_v_first=state_v_first, prec=prec)
     dbeta = wy.dbeta + it.dbeta.sum(0)
     if use_beta_sigmoid_in_kernel:
         # beta_act = s * sigmoid(x): d/dx = beta_act (1 - beta_act / s)
@@ -62,5 +63,5 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
         dA_log=it.dA_log_part.sum((0, 1)).reshape(A_log.shape).to(A_log.dtype) if it.dA_log_part is not None else None,
         ddt_bias=(it.ddt_bias_part.sum(0).reshape(dt_bias.shape).to(dt_bias.dtype)
                   if it.ddt_bias_part is not None else None),
-        dh0=st.dh0,
+        dh0=dh0,
     )

@@ -245,7 +245,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
             prec = "ieee" if dname == "fp32" else "tf32"
             for BT in (32, 64):
                 ic = intra_config(arch, K, V)
-                sig = {n: "*fp32" for n in ("gl", "rstd_q", "rstd_k", "beta_act")}
+                sig = {n: "*fp32" for n in ("gl", "rstd_q", "rstd_k", "beta_act", "Gc")}
                 sig.update({n: f"*{ty}" for n in ("q", "k", "v", "g", "beta", "w", "u", "qg", "kg")})
                 sig["Aqk"] = sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"A_log": "*fp32", "dt_bias": "*fp32", "cu_seqlens": "*i64", "chunk_indices": "*i32",
@@ -274,24 +274,22 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 specs.append(CompileSpec(f"state_bwd K{K} V{V} BT{BT} {dname}", _kda_state_bwd_kernel, sig, ce,
                                          sc.num_warps, sc.num_stages))
                 wc = wy_bwd_config(arch, K, V)
-                sig = {n: f"*{ty}" for n in ("k", "v", "g", "v_new", "do", "dv")}
-                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "rstd_k", "beta_act", "h", "dv_new", "dvb",
-                                                 "dAqk", "dL", "dbeta_v")})
+                sig = {n: f"*{ty}" for n in ("k", "v", "v_new", "do", "dv")}
+                sig.update({n: "*fp32" for n in ("Gc", "rstd_k", "beta_act", "h", "dv_new", "dvb", "dAqk", "dL",
+                                                 "dbeta_v")})
                 sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
-                sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "lower_bound": "fp32"})
-                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True,
-                          V_FIRST=False, VIA_STATE=prec == "ieee", PREC=prec)
+                sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32"})
+                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, V_FIRST=False, VIA_STATE=prec == "ieee",
+                          PREC=prec)
                 specs.append(CompileSpec(f"wy_bwd K{K} V{V} BT{BT} {dname}", _kda_wy_bwd_kernel, sig, ce,
                                          wc.num_warps, wc.num_stages))
                 bc = intra_bwd_config(arch, K, V)
-                sig = {n: f"*{ty}" for n in ("q", "k", "g", "v_new", "do")}
-                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "gl", "rstd_q", "rstd_k", "beta_act", "dvb",
-                                                 "dAqk", "dL", "dq", "dk", "dG", "dbeta_k", "dGl_part")})
+                sig = {n: f"*{ty}" for n in ("q", "k", "v_new", "do")}
+                sig.update({n: "*fp32" for n in ("Gc", "gl", "rstd_q", "rstd_k", "beta_act", "dvb", "dAqk", "dL",
+                                                 "dq", "dk", "dG", "dbeta_k", "dGl_part")})
                 sig["h"] = sig["dh"] = "*bf16" if is_bf16 else "*fp32"  # grad_state_dtype
-                sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "lower_bound": "fp32",
-                            "TT": "i32"})
-                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=bc.BC, BK=bc.BK, BV=bc.BV, GATE=2, HAS_A_LOG=True,
-                          HAS_DT_BIAS=True, V_FIRST=False, PREC=prec)
+                sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "TT": "i32"})
+                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=bc.BC, BK=bc.BK, BV=bc.BV, V_FIRST=False, PREC=prec)
                 specs.append(CompileSpec(f"intra_bwd K{K} V{V} BT{BT} {dname}", _kda_intra_bwd_kernel, sig, ce,
                                          bc.num_warps, bc.num_stages))
                 gc = gate_bwd_config(arch, K)

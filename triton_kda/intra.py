@@ -178,7 +178,7 @@ def _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t,
 @triton.jit
 def _kda_intra_fwd_kernel(
     q, k, v, g, beta, A_log, dt_bias,
-    Aqk, w, u, qg, kg, gl, rstd_q, rstd_k, beta_act, Akk,
+    Aqk, w, u, qg, kg, gl, rstd_q, rstd_k, beta_act, Akk, Gc,
     cu_seqlens, chunk_indices, scale, lower_bound,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
@@ -189,7 +189,8 @@ def _kda_intra_fwd_kernel(
     """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (flattened varlen layout).
     Writes Aqk [TT, HV, BT] (bf16 for bf16 inputs, else fp32), w/qg/kg [TT, HV, K] and u [TT, HV, V] in the input
     dtype, gl [NT, HV, K] fp32 (G of each chunk's last token); with STORE_AUX also rstd_q/rstd_k/beta_act [TT, HV]
-    fp32 and Akk [TT, HV, BT] (Aqk's dtype: the operand the forward's products used) for the backward."""
+    fp32, Akk [TT, HV, BT] (Aqk's dtype: the operand the forward's products used) and the gate cumsum Gc [TT, HV, K]
+    fp32 (log2 units, zero past the sequence end) for the backward."""
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
     i_h = i_hv // (HV // H)
     bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
@@ -248,6 +249,9 @@ def _kda_intra_fwd_kernel(
         b_gn = _gate_tile(g, bos, T, t0, i_hv, i_k + 1, HV, K, BT, BK)
         b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
         tl.store(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_Gl, mask=o_k < K)
+        if STORE_AUX:
+            p_Gc = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+            tl.store(p_Gc, b_G, boundary_check=(0, 1))
         # G at each block's first row (the anchors) [NC, BK], by reductions over the [NC, BC, BK] view (cheaper than
         # tl.gather, NOTES.md), and D = G - G_anchor <= 0 for every row
         b_G3 = tl.reshape(b_G, (NC, BC, BK))
@@ -352,25 +356,24 @@ def _kda_intra_fwd_kernel(
 
 @triton.jit
 def _kda_wy_bwd_kernel(
-    k, v, g, A_log, dt_bias, rstd_k, beta_act, Akk, h, v_new, dv_new, do,
+    k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do,
     dv, dvb, dAqk, dL, dbeta_v,
-    cu_seqlens, chunk_indices, lower_bound,
+    cu_seqlens, chunk_indices,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, V_FIRST: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
     VIA_STATE: tl.constexpr, PREC: tl.constexpr,
 ):
     """Backward through u = Akk (beta v), w = Akk kb and Akk = (I + L)^-1 (kb = beta kn 2^G), and the Aqk gradient;
     one program per (chunk, v-head), V in slices of BV.
 
-    k [TT, H, K]; v, do [TT, HV, V]; g [TT, HV, K] (raw); rstd_k, beta_act [TT, HV] fp32; Akk [TT, HV, BT] (as the
-    forward stored it); h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST; read with VIA_STATE only); v_new
-    [TT, HV, V]; dv_new [TT, HV, V] fp32 from the reverse state pass. With S = h[c], the gradient of Akk is
-    dA = dv_new (beta v - kb S)^T (dw = -dv_new S^T is never materialised) and dL = -Akk^T dA Akk^T. As
-    v_new = u - w S = Akk (beta v - kb S), dA = dv_new v_new^T (I + L)^T and dL = -dvb v_new^T: that form needs
-    neither S nor kb (k, g, A_log, dt_bias, rstd_k and h are then not read). VIA_STATE (fp32 inputs) forms dA from
-    S instead, in K slices of BK with G recomputed as the forward does: it does not carry v_new's rounding (through
-    v_new, the fp32 test cases' dg and dA_log errors vs fp64 were up to 1.6x and 2.9x larger).
+    k [TT, H, K]; v, do [TT, HV, V]; Gc [TT, HV, K] fp32 (the gate cumsum the forward stored); rstd_k, beta_act
+    [TT, HV] fp32; Akk [TT, HV, BT] (as the forward stored it); h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST;
+    read with VIA_STATE only); v_new [TT, HV, V]; dv_new [TT, HV, V] fp32 from the reverse state pass. With S = h[c],
+    the gradient of Akk is dA = dv_new (beta v - kb S)^T (dw = -dv_new S^T is never materialised) and
+    dL = -Akk^T dA Akk^T. As v_new = u - w S = Akk (beta v - kb S), dA = dv_new v_new^T (I + L)^T and
+    dL = -dvb v_new^T: that form needs neither S nor kb (k, Gc, rstd_k and h are then not read). VIA_STATE (fp32
+    inputs) forms dA from S instead, in K slices of BK: it does not carry v_new's rounding (through v_new, the fp32
+    test cases' dg and dA_log errors vs fp64 were up to 1.6x and 2.9x larger).
         dAqk = tril(do v_new^T),  dvb = Akk^T dv_new,  dL = -tril_strict(dvb v_new^T),  dv = beta dvb,
         dbeta_v = rowsum(dvb v)
     Writes dv [TT, HV, V] in v's dtype, dvb [TT, HV, V] fp32, dAqk / dL [TT, HV, BT] fp32, dbeta_v [TT, HV] fp32.
@@ -413,9 +416,10 @@ def _kda_wy_bwd_kernel(
                 off_h = _state_offsets(o_k, o_v, K, V, V_FIRST)
                 p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK),
                                         (1, 0))
-                b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
-                                   HAS_A_LOG, HAS_DT_BIAS)
-                b_kb = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rkb[:, None] * tl.exp2(b_G)
+                p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
+                                        (1, 0))
+                b_kb = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rkb[:, None]
+                b_kb *= tl.exp2(tl.load(p_G, boundary_check=(0, 1)))
                 b_S = tl.load(h + p_state + off_h, mask=(o_k < K)[:, None] & (o_v < V)[None, :], other=0.0)
                 b_S = b_S.to(tl.float32)
                 b_P += tl.dot(b_kb, b_S, input_precision=PREC)
@@ -438,20 +442,20 @@ def _kda_wy_bwd_kernel(
 
 @triton.jit
 def _kda_intra_bwd_kernel(
-    q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
+    q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
     dq, dk, dG, dbeta_k, dGl_part,
-    cu_seqlens, chunk_indices, scale, lower_bound, TT,
+    cu_seqlens, chunk_indices, scale, TT,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, V_FIRST: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
     PREC: tl.constexpr,
 ):
     """Chunk-local backward of one BC-row block and K slice: one program per (chunk x block, v-head, K slice).
 
-    q, k [TT, H, K]; g [TT, HV, K] (raw); gl [NT, HV, K] fp32 (G of each chunk's last token, log2 units); rstd_q,
+    q, k [TT, H, K]; Gc [TT, HV, K] fp32 (the gate cumsum G the forward stored, log2 units); gl [NT, HV, K] fp32 (G of
+    each chunk's last token); rstd_q,
     rstd_k, beta_act [TT, HV] fp32; h [NT, HV, K, V] ([NT, HV, V, K] if V_FIRST), dh [NT, HV, K, V] (both
     grad_state_dtype); v_new, do [TT, HV, V]; dvb [TT, HV, V], dAqk, dL [TT, HV, BT] fp32 from
-    `_kda_wy_bwd_kernel`. With S = h[c], dS = dh[c], G the gate cumsum (recomputed as the forward does),
+    `_kda_wy_bwd_kernel`. With S = h[c], dS = dh[c],
     qn = scale rstd_q q, kn = rstd_k k, kbn = beta kn, and for the block's rows i / columns j the sums over j <= i
     of the chunk
         Rq_i = sum_j dAqk_ij kn_j 2^(G_i - G_j),  RL_i = sum_j dL_ij kn_j 2^(G_i - G_j),
@@ -483,8 +487,8 @@ def _kda_intra_bwd_kernel(
     p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
 
     # the whole chunk's G, kn, qn and kbn (the sums reach every row), then this block's rows
-    b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
-                       HAS_A_LOG, HAS_DT_BIAS)
+    p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    b_G = tl.load(p_G, boundary_check=(0, 1))
     b_G_r = tl.sum(tl.where((tl.arange(0, NC) == r)[:, None, None], tl.reshape(b_G, (NC, BC, BK)), 0.0), axis=0)
     b_Ga = tl.sum(tl.where((o_c == 0)[:, None], b_G_r, 0.0), axis=0)
     b_Gl = tl.load(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, mask=m_k, other=0.0)
@@ -666,11 +670,10 @@ class WYBwdOut(NamedTuple):
     dbeta: torch.Tensor     # [TT, HV] fp32, the beta gradient through u (before the sigmoid)
 
 
-def wy_bwd(k, v, g, A_log, dt_bias, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int, *, gate: int,
-           lower_bound: float | None, state_v_first: bool, prec: str) -> WYBwdOut:
-    """Launch `_kda_wy_bwd_kernel` on the (NT, HV) grid; shapes as in its docstring (contiguous, flattened);
-    A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr. The gradient of Akk goes through the state
-    (VIA_STATE) for fp32 inputs (prec "ieee"), through v_new otherwise."""
+def wy_bwd(k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int, *, state_v_first: bool,
+           prec: str) -> WYBwdOut:
+    """Launch `_kda_wy_bwd_kernel` on the (NT, HV) grid; shapes as in its docstring (contiguous, flattened). The
+    gradient of Akk goes through the state (VIA_STATE) for fp32 inputs (prec "ieee"), through v_new otherwise."""
     TT, H, K = k.shape
     HV, V = v.shape[1], v.shape[2]
     cfg = wy_bwd_config(arch_of(k.device), K, V)
@@ -678,10 +681,8 @@ def wy_bwd(k, v, g, A_log, dt_bias, rstd_k, beta_act, Akk, h, v_new, dv_new, do,
     out = WYBwdOut(dv=torch.empty_like(v), dvb=torch.empty(TT, HV, V, **f32), dAqk=torch.empty(TT, HV, BT, **f32),
                    dL=torch.empty(TT, HV, BT, **f32), dbeta=torch.empty(TT, HV, **f32))
     _kda_wy_bwd_kernel[(plan.NT, HV)](
-        k, v, g, A_log if A_log is not None else k, dt_bias if dt_bias is not None else k, rstd_k, beta_act, Akk, h,
-        v_new, dv_new, do, *out, plan.cu_seqlens, plan.chunk_indices, lower_bound if lower_bound is not None else 0.0,
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
-        HAS_DT_BIAS=gate > 0 and dt_bias is not None, V_FIRST=state_v_first, VIA_STATE=prec == "ieee", PREC=prec,
+        k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens, plan.chunk_indices,
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, VIA_STATE=prec == "ieee", PREC=prec,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
@@ -696,7 +697,7 @@ class IntraBwdOut(NamedTuple):
     ddt_bias_part: torch.Tensor | None  # [NT, HV, K] fp32 per-chunk partials of ddt_bias (with dt_bias)
 
 
-def intra_bwd(q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
+def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
               scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
               prec: str) -> IntraBwdOut:
     """Launch `_kda_intra_bwd_kernel` on the (NT * NC, HV, NK) grid, then `_kda_gate_bwd_kernel` on (NT, HV, NK);
@@ -714,12 +715,10 @@ def intra_bwd(q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta_act, h, dh, v_ne
         dbeta = torch.empty(NK, TT, HV, **f32)
         dGl_part = torch.empty(plan.NT, NC, HV, K, **f32)
         _kda_intra_bwd_kernel[(plan.NT * NC, HV, NK)](
-            q, k, g, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
-            gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dG, dbeta, dGl_part,
-            plan.cu_seqlens, plan.chunk_indices, scale, lower_bound if lower_bound is not None else 0.0, TT,
-            H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,
-            GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None, HAS_DT_BIAS=gate > 0 and dt_bias is not None,
-            V_FIRST=state_v_first, PREC=prec, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dG, dbeta,
+            dGl_part, plan.cu_seqlens, plan.chunk_indices, scale, TT,
+            H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, PREC=prec,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         return dbeta, dGl_part
 
