@@ -4,12 +4,17 @@ Every gradient (q, k, v, g, beta, A_log, dt_bias, initial_state, with an incomin
 final state is returned) is compared by relative RMSE on fresh seeded data; recompute and disable_recompute must
 agree bit for bit, and so must two runs of the same call.
 """
+import math
+
 import pytest
 import torch
 
-from reference.kda import kda_recurrent
+from reference.kda import kda_chunk, kda_recurrent
 from tests.utils import DEVICE, assert_close, case_id, make_inputs
 from triton_kda import chunk_kda
+from triton_kda.chunk_fwd import plan_chunks
+from triton_kda.gate import gate_mode
+from triton_kda.intra import gate_cumsum
 
 LEAVES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
 TOL = {
@@ -154,6 +159,28 @@ def test_every_buffer_written(monkeypatch):
     ref = _oracle_grads(d, do, dht)
     for name, g in got.items():
         assert_close(f"d{name}", g, ref[name], TOL[torch.float32][name])
+
+
+GATE_CASES = [
+    _case(B=2, T=70, K=20, chunk_size=64, gate="strong"),
+    _case(T=sum(RAGGED), H=1, HV=2, K=48, seqlens=RAGGED, use_gate_in_kernel=True),
+    _case(T=45, K=20, use_gate_in_kernel=True, lower_bound=-5.0),
+    _case(T=45, K=20, use_gate_in_kernel=True, lower_bound=-3.0, no_a_log=True),
+]
+
+
+@pytest.mark.parametrize("params", GATE_CASES, ids=[case_id(**p) for p in GATE_CASES])
+def test_gate_cumsum_matches_chunk_oracle(params):
+    """Stage: the backward's gate cumsum (log2 units) against the chunked fp64 oracle's g_cumsum."""
+    d, chunk_size, _ = _inputs(params, torch.float32)
+    cu = d.get("cu_seqlens")
+    B, T, HV, K = d["g"].shape
+    plan = plan_chunks(B, T, chunk_size, d["g"].device, cu.cpu() if cu is not None else None)
+    got = gate_cumsum(d["g"].detach().reshape(B * T, HV, K), d.get("A_log"), d.get("dt_bias"), plan, chunk_size,
+                      gate=gate_mode(d["use_gate_in_kernel"], d.get("lower_bound")), lower_bound=d.get("lower_bound"))
+    ref = kda_chunk(**{n: x.detach() if isinstance(x, torch.Tensor) else x for n, x in d.items()},
+                    chunk_size=chunk_size)
+    assert_close("G", got, ref.g_cumsum / math.log(2), 1e-6)
 
 
 GPU_TABLE_CASES = [

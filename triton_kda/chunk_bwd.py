@@ -12,7 +12,7 @@ import torch
 
 from triton_kda.chunk_fwd import ChunkPlan, IntraOut, _precision
 from triton_kda.gate import gate_mode
-from triton_kda.intra import intra_bwd, qk_bwd, wy_bwd
+from triton_kda.intra import gate_cumsum, intra_bwd, qk_bwd, wy_bwd
 from triton_kda.state import state_bwd
 
 
@@ -43,12 +43,13 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     prec = _precision(q.dtype)
     dh, dv_new, dh0 = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do, dht, plan, BT, V,
                                 want_dh0=want_dh0, state_v_first=state_v_first, prec=prec)
-    wy = wy_bwd(k, v, intra.Gc, intra.rstd_k, intra.beta, intra.Akk, h, v_new, dv_new, do, plan, BT,
+    gate = gate_mode(use_gate_in_kernel, lower_bound)
+    Gc = gate_cumsum(g, A_log, dt_bias, plan, BT, gate=gate, lower_bound=lower_bound)
+    wy = wy_bwd(k, v, Gc, intra.rstd_k, intra.beta, intra.Akk, h, v_new, dv_new, do, plan, BT,
                 state_v_first=state_v_first, prec=prec)
     del dv_new  # [TT, HV, V] fp32: freed before the chunk-local stage's buffers are allocated
-    it = intra_bwd(q, k, g, A_log, dt_bias, intra.Gc, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, h, dh, v_new,
-                   wy, do, scale, plan, BT, gate=gate_mode(use_gate_in_kernel, lower_bound), lower_bound=lower_bound,
-                   state_v_first=state_v_first, prec=prec)
+    it = intra_bwd(q, k, g, A_log, dt_bias, Gc, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, h, dh, v_new, wy,
+                   do, scale, plan, BT, gate=gate, lower_bound=lower_bound, state_v_first=state_v_first, prec=prec)
     dbeta = wy.dbeta + it.dbeta.sum(0)
     if use_beta_sigmoid_in_kernel:
         # beta_act = s * sigmoid(x): d/dx = beta_act (1 - beta_act / s)

@@ -69,7 +69,6 @@ class IntraOut(NamedTuple):
     rstd_k: torch.Tensor | None     # [TT, HV] fp32 (aux)
     beta: torch.Tensor | None       # [TT, HV] fp32, activated (aux)
     Akk: torch.Tensor | None        # [TT, HV, BT] in Aqk's dtype, (I + L)^-1 (aux)
-    Gc: torch.Tensor | None         # [TT, HV, K] fp32, gate cumsum (log2 units), zero past each sequence end (aux)
 
 
 class StateOut(NamedTuple):
@@ -87,7 +86,7 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, B
               use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, lower_bound: float | None,
               use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool, store_aux: bool = False) -> IntraOut:
     """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (contiguous, flattened).
-    store_aux also writes what the backward reuses (rstd_q, rstd_k, beta, Akk, Gc)."""
+    store_aux also writes what the backward reuses (rstd_q, rstd_k, beta, Akk)."""
     TT, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     dev, dt = q.device, q.dtype
@@ -103,7 +102,6 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, B
         rstd_q=torch.empty(TT, HV, **f32) if aux else None,
         rstd_k=torch.empty(TT, HV, **f32) if aux else None, beta=torch.empty(TT, HV, **f32) if aux else None,
         Akk=torch.empty(TT, HV, BT, device=dev, dtype=a_dt) if aux else None,
-        Gc=torch.empty(TT, HV, K, **f32) if aux else None,
     )
     gate = gate_mode(use_gate_in_kernel, lower_bound)
 

@@ -232,6 +232,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
     """Every (kernel, launch configuration) the dispatcher can pick on `arch`, for ahead-of-time compilation."""
     from triton_kda.intra import (
         _kda_gate_bwd_kernel,
+        _kda_gate_cumsum_fwd_kernel,
         _kda_intra_bwd_kernel,
         _kda_intra_fwd_kernel,
         _kda_qk_bwd_kernel,
@@ -245,7 +246,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
             prec = "ieee" if dname == "fp32" else "tf32"
             for BT in (32, 64):
                 ic = intra_config(arch, K, V)
-                sig = {n: "*fp32" for n in ("gl", "rstd_q", "rstd_k", "beta_act", "Gc")}
+                sig = {n: "*fp32" for n in ("gl", "rstd_q", "rstd_k", "beta_act")}
                 sig.update({n: f"*{ty}" for n in ("q", "k", "v", "g", "beta", "w", "u", "qg", "kg")})
                 sig["Aqk"] = sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"A_log": "*fp32", "dt_bias": "*fp32", "cu_seqlens": "*i64", "chunk_indices": "*i32",
@@ -299,6 +300,11 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "lower_bound": "fp32", "NT": "i32"})
                 ce = dict(HV=8, K=K, BT=BT, NC=BT // bc.BC, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True)
                 specs.append(CompileSpec(f"gate_bwd K{K} BT{BT} {dname}", _kda_gate_bwd_kernel, sig, ce,
+                                         gc.num_warps, 1))
+                sig = {"g": f"*{ty}", "A_log": "*fp32", "dt_bias": "*fp32", "Gc": "*fp32", "cu_seqlens": "*i64",
+                       "chunk_indices": "*i32", "lower_bound": "fp32"}
+                ce = dict(HV=8, K=K, BT=BT, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True)
+                specs.append(CompileSpec(f"gate_cumsum K{K} BT{BT} {dname}", _kda_gate_cumsum_fwd_kernel, sig, ce,
                                          gc.num_warps, 1))
                 specs += _cp_specs(arch, K, V, BT, dname, ty, is_bf16, prec)
             sig = {"x": f"*{ty}", "dx_part": "*fp32", "dx": f"*{ty}", "TT": "i32"}

@@ -176,9 +176,28 @@ def _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t,
 
 
 @triton.jit
+def _kda_gate_cumsum_fwd_kernel(
+    g, A_log, dt_bias, Gc, cu_seqlens, chunk_indices, lower_bound,
+    HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
+):
+    """The gate cumsum G the backward reads, as the intra forward computes it: one program per (chunk, v-head, K slice).
+        G_i = log2(e) sum_{j <= i in the chunk} gate_j
+    g [TT, HV, K] (raw); writes Gc [TT, HV, K] fp32."""
+    i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
+    t0 = i_c * BT
+    m_t = tl.arange(0, BT) < T - t0
+    b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE, HAS_A_LOG,
+                       HAS_DT_BIAS)
+    p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    tl.store(p_G, b_G, boundary_check=(0, 1))
+
+
+@triton.jit
 def _kda_intra_fwd_kernel(
     q, k, v, g, beta, A_log, dt_bias,
-    Aqk, w, u, qg, kg, gl, rstd_q, rstd_k, beta_act, Akk, Gc,
+    Aqk, w, u, qg, kg, gl, rstd_q, rstd_k, beta_act, Akk,
     cu_seqlens, chunk_indices, scale, lower_bound,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
@@ -189,8 +208,7 @@ def _kda_intra_fwd_kernel(
     """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (flattened varlen layout).
     Writes Aqk [TT, HV, BT] (bf16 for bf16 inputs, else fp32), w/qg/kg [TT, HV, K] and u [TT, HV, V] in the input
     dtype, gl [NT, HV, K] fp32 (G of each chunk's last token); with STORE_AUX also rstd_q/rstd_k/beta_act [TT, HV]
-    fp32, Akk [TT, HV, BT] (Aqk's dtype: the operand the forward's products used) and the gate cumsum Gc [TT, HV, K]
-    fp32 (log2 units, zero past the sequence end) for the backward."""
+    fp32 and Akk [TT, HV, BT] (Aqk's dtype: the operand the forward's products used) for the backward."""
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
     i_h = i_hv // (HV // H)
     bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
@@ -249,9 +267,6 @@ def _kda_intra_fwd_kernel(
         b_gn = _gate_tile(g, bos, T, t0, i_hv, i_k + 1, HV, K, BT, BK)
         b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
         tl.store(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_Gl, mask=o_k < K)
-        if STORE_AUX:
-            p_Gc = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-            tl.store(p_Gc, b_G, boundary_check=(0, 1))
         # G at each block's first row (the anchors) [NC, BK], by reductions over the [NC, BC, BK] view (cheaper than
         # tl.gather, NOTES.md), and D = G - G_anchor <= 0 for every row
         b_G3 = tl.reshape(b_G, (NC, BC, BK))
@@ -366,7 +381,7 @@ def _kda_wy_bwd_kernel(
     """Backward through u = Akk (beta v), w = Akk kb and Akk = (I + L)^-1 (kb = beta kn 2^G), and the Aqk gradient;
     one program per (chunk, v-head), V in slices of BV.
 
-    k [TT, H, K]; v, do [TT, HV, V]; Gc [TT, HV, K] fp32 (the gate cumsum the forward stored); rstd_k, beta_act
+    k [TT, H, K]; v, do [TT, HV, V]; Gc [TT, HV, K] fp32 (the gate cumsum, `gate_cumsum`); rstd_k, beta_act
     [TT, HV] fp32; Akk [TT, HV, BT] (as the forward stored it); h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST;
     read with VIA_STATE only); v_new [TT, HV, V]; dv_new [TT, HV, V] fp32 from the reverse state pass. With S = h[c],
     the gradient of Akk is dA = dv_new (beta v - kb S)^T (dw = -dv_new S^T is never materialised) and
@@ -451,7 +466,7 @@ def _kda_intra_bwd_kernel(
 ):
     """Chunk-local backward of one BC-row block and K slice: one program per (chunk x block, v-head, K slice).
 
-    q, k [TT, H, K]; Gc [TT, HV, K] fp32 (the gate cumsum G the forward stored, log2 units); gl [NT, HV, K] fp32 (G of
+    q, k [TT, H, K]; Gc [TT, HV, K] fp32 (the gate cumsum G, log2 units, `gate_cumsum`); gl [NT, HV, K] fp32 (G of
     each chunk's last token); rstd_q,
     rstd_k, beta_act [TT, HV] fp32; h [NT, HV, K, V] ([NT, HV, V, K] if V_FIRST), dh [NT, HV, K, V] (both
     grad_state_dtype); v_new, do [TT, HV, V]; dvb [TT, HV, V], dAqk, dL [TT, HV, BT] fp32 from
@@ -668,6 +683,22 @@ class WYBwdOut(NamedTuple):
     dAqk: torch.Tensor      # [TT, HV, BT] fp32
     dL: torch.Tensor        # [TT, HV, BT] fp32
     dbeta: torch.Tensor     # [TT, HV] fp32, the beta gradient through u (before the sigmoid)
+
+
+def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: float | None) -> torch.Tensor:
+    """Launch `_kda_gate_cumsum_fwd_kernel` on the (NT, HV, NK) grid: Gc [TT, HV, K] fp32 from g [TT, HV, K] (raw,
+    contiguous); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr."""
+    TT, HV, K = g.shape
+    cfg = gate_bwd_config(arch_of(g.device), K)
+    has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
+    Gc = torch.empty(TT, HV, K, device=g.device, dtype=torch.float32)
+    _kda_gate_cumsum_fwd_kernel[(plan.NT, HV, triton.cdiv(K, cfg.BK))](
+        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, Gc, plan.cu_seqlens, plan.chunk_indices,
+        lower_bound if lower_bound is not None else 0.0,
+        HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
+        num_warps=cfg.num_warps,
+    )
+    return Gc
 
 
 def wy_bwd(k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int, *, state_v_first: bool,

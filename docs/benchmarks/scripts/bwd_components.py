@@ -1,7 +1,8 @@
 """Backward component timings and launch-configuration sweeps on one shape; see NOTES.md.
 
 Run on the device from the repo root: python3 docs/benchmarks/scripts/bwd_components.py [--e2e-only]
-(--e2e-only: end-to-end fwd, fwd+bwd and peak memory only, e.g. for an older checkout on PYTHONPATH)
+(--e2e-only: end-to-end fwd, fwd+bwd and peak memory only, e.g. for an older checkout on PYTHONPATH;
+ --quick: the backward kernels with their table configurations only, no sweeps)
 """
 import os, sys, time
 sys.path.insert(0, os.getcwd())
@@ -51,6 +52,7 @@ t = time.time(); fb(); torch.cuda.synchronize(); print(f"first fwdbwd call {time
 tryb("E2E fwd+bwd", fb)
 torch.cuda.reset_peak_memory_stats(); fb(); print(f"peak mem fwd+bwd {torch.cuda.max_memory_allocated()/2**30:.2f} GiB", flush=True)
 
+QUICK = "--quick" in sys.argv
 if "--e2e-only" in sys.argv:
     sys.exit(0)
 
@@ -64,12 +66,12 @@ tryb("state_fwd h+vnew", lambda: state_fwd(intra, None, plan, BT, V, output_fina
 sb = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32")
 tryb("state_bwd", lambda: state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32"))
 fw = lambda: ti.wy_bwd(k, v, intra.Gc, intra.rstd_k, intra.beta, intra.Akk, st.h, st.v_new, sb.dv_new, dof, plan, BT, state_v_first=False, prec="tf32")
-for BK, BV, nw, ns in [(64, 64, 4, 1), (32, 64, 4, 1)]:
+for BK, BV, nw, ns in [(64, 64, 4, 1)] + ([] if QUICK else [(32, 64, 4, 1)]):
     ti.wy_bwd_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=BV, num_warps=nw, num_stages=ns): c
     tryb(f"wy_bwd BK{BK} BV{BV} w{nw} s{ns}", fw)
 ti.wy_bwd_config = C.wy_bwd_config
 wy = fw()
-for BK, BV, nw, ns in [(64, 64, 4, 1), (64, 64, 4, 2), (64, 32, 4, 1), (64, 128, 4, 1), (128, 64, 8, 1), (32, 64, 4, 2)]:
+for BK, BV, nw, ns in [(64, 64, 4, 2)] + ([] if QUICK else [(64, 64, 4, 1), (64, 32, 4, 1), (64, 128, 4, 1), (128, 64, 8, 1), (32, 64, 4, 2)]):
     ti.intra_bwd_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=BV, num_warps=nw, num_stages=ns): c
     tryb(f"intra_bwd BK{BK} BV{BV} w{nw} s{ns}", lambda: ti.intra_bwd(q, k, g, A_log, dt_bias, intra.Gc, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, st.h, sb.dh, st.v_new, wy, dof, 0.088, plan, BT, gate=2, lower_bound=-5.0, state_v_first=False, prec="tf32"))
 ti.intra_bwd_config = C.intra_bwd_config
