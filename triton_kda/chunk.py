@@ -20,7 +20,9 @@ import torch
 import cuda_fast
 from triton_kda._validate import KDAProblem, validate_chunk_kda
 from triton_kda.chunk_bwd import chunk_bwd
-from triton_kda.chunk_fwd import IntraOut, intra_fwd, plan_chunks, state_fwd
+from triton_kda.chunk_fwd import IntraOut, intra_fwd, plan_chunks, state_fwd, wy_recompute
+from triton_kda.gate import gate_mode
+from triton_kda.intra import gate_cumsum
 from triton_kda.state import grad_state_dtype
 
 
@@ -64,16 +66,23 @@ class ChunkKDAFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, seqlens_cpu):
         B, T, HV, V = v.shape
         plan = plan_chunks(B, T, p.chunk_size, q.device, seqlens_cpu)
-        # disable_recompute keeps the intermediates (h in grad_state_dtype) for the backward instead of recomputing
-        # them there
-        keep = flags["disable_recompute"] and any(ctx.needs_input_grad[:8])
+        # with a backward to come the forward saves, as fla's does, Aqk, Akk, the row norms and the activated beta
+        # (the backward recomputes w, u, qg, kg and the states from them); disable_recompute keeps every
+        # intermediate (h in grad_state_dtype) instead
+        grad = any(ctx.needs_input_grad[:8])
+        keep = flags["disable_recompute"] and grad
         return_h = flags["return_intermediate_states"]
         intra, st = _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan,
                             output_final_state=flags["output_final_state"], store_h=return_h or keep,
                             store_v_new=keep, h_dtype=grad_state_dtype(q.dtype) if keep else q.dtype,
-                            store_aux=keep)
-        ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, initial_state,
-                              *((*intra, st.h, st.v_new) if keep else ()))
+                            store_aux=grad)
+        if keep:
+            saved = (*intra, st.h, st.v_new)
+        elif grad:
+            saved = (intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk)
+        else:
+            saved = ()
+        ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, initial_state, *saved)
         ctx.p, ctx.flags, ctx.seqlens_cpu, ctx.keep = p, flags, seqlens_cpu, keep
         o = st.o.view(B, T, HV, V)
         if return_h:
@@ -87,18 +96,23 @@ class ChunkKDAFunction(torch.autograd.Function):
         q, k, v, g, beta, A_log, dt_bias, initial_state, *kept = ctx.saved_tensors
         p, flags = ctx.p, ctx.flags
         B, T, HV, V = v.shape
-        plan = plan_chunks(B, T, p.chunk_size, q.device, ctx.seqlens_cpu)
+        BT = p.chunk_size
+        plan = plan_chunks(B, T, BT, q.device, ctx.seqlens_cpu)
+        gate = gate_mode(flags["use_gate_in_kernel"], flags["lower_bound"])
+        A_log = A_log.reshape(-1) if A_log is not None else None
+        dt_bias = dt_bias.reshape(-1) if dt_bias is not None else None
+        Gc = gate_cumsum(_flat(g), A_log, dt_bias, plan, BT, gate=gate, lower_bound=flags["lower_bound"])
         if ctx.keep:
             intra, h, v_new = IntraOut(*kept[:-2]), kept[-2], kept[-1]
         else:
-            intra, st = _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan,
-                                output_final_state=False, store_h=True, store_v_new=True,
-                                h_dtype=grad_state_dtype(q.dtype), store_aux=True)
+            intra = wy_recompute(_flat(q), _flat(k), _flat(v), Gc, *kept, p.scale, plan, BT)
+            st = state_fwd(intra, initial_state.contiguous() if initial_state is not None else None, plan, BT, V,
+                           output_final_state=False, state_v_first=p.state_v_first, store_h=True, store_v_new=True,
+                           h_dtype=grad_state_dtype(q.dtype))
             h, v_new = st.h, st.v_new
         gr = chunk_bwd(
             _flat(do), dht.contiguous() if dht is not None else None, _flat(q), _flat(k), _flat(v), _flat(g),
-            _flat(beta), A_log.reshape(-1) if A_log is not None else None,
-            dt_bias.reshape(-1) if dt_bias is not None else None, intra, h, v_new, plan, p.chunk_size, p.scale,
+            _flat(beta), A_log, dt_bias, intra, Gc, h, v_new, plan, BT, p.scale,
             use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"], use_gate_in_kernel=flags["use_gate_in_kernel"],
             lower_bound=flags["lower_bound"], use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
             allow_neg_eigval=flags["allow_neg_eigval"], state_v_first=p.state_v_first,

@@ -10,7 +10,7 @@ import triton
 
 from triton_kda.configs import _kpad, arch_of, intra_candidates, intra_config, state_candidates, state_config, tuned
 from triton_kda.gate import GATE_LOWER_BOUND, gate_mode
-from triton_kda.intra import RANGE_MAX, _kda_intra_fwd_kernel
+from triton_kda.intra import RANGE_MAX, _kda_intra_fwd_kernel, _kda_wy_fwd_kernel
 from triton_kda.state import _kda_state_fwd_kernel
 from triton_kda.state_cp import cp_initial_states, plan_pieces
 
@@ -124,6 +124,25 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, B
     key = ("intra_fwd", arch, dt, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate, store_aux)
     launch(tuned(key, intra_config(arch, K, V), intra_candidates(arch, K, V), launch))
     return out
+
+
+def wy_recompute(q, k, v, Gc, Aqk, rstd_q, rstd_k, beta_act, Akk, scale: float, plan: ChunkPlan, BT: int) -> IntraOut:
+    """The backward's recompute of `intra_fwd`'s outputs from what the forward saved (Aqk, rstd_q, rstd_k, beta_act,
+    Akk: the aux outputs), bit for bit: launches `_kda_wy_fwd_kernel` on (NT, HV). q, k: [TT, H, K]; v: [TT, HV, V]
+    (contiguous, flattened); Gc: [TT, HV, K] fp32 from `gate_cumsum`."""
+    TT, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    dev, dt = q.device, q.dtype
+    cfg = intra_config(arch_of(dev), K, V)
+    w, qg, kg = (torch.empty(TT, HV, K, device=dev, dtype=dt) for _ in range(3))
+    u = torch.empty(TT, HV, V, device=dev, dtype=dt)
+    gl = torch.empty(plan.NT, HV, K, device=dev, dtype=torch.float32)
+    _kda_wy_fwd_kernel[(plan.NT, HV)](
+        q, k, v, Gc, rstd_q, rstd_k, beta_act, Akk, w, u, qg, kg, gl, plan.cu_seqlens, plan.chunk_indices, scale,
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
+        num_warps=cfg.num_warps,
+    )
+    return IntraOut(Aqk=Aqk, w=w, u=u, qg=qg, kg=kg, gl=gl, rstd_q=rstd_q, rstd_k=rstd_k, beta=beta_act, Akk=Akk)
 
 
 def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, *, output_final_state: bool,

@@ -370,6 +370,61 @@ def _kda_intra_fwd_kernel(
 
 
 @triton.jit
+def _kda_wy_fwd_kernel(
+    q, k, v, Gc, rstd_q, rstd_k, beta_act, Akk,
+    w, u, qg, kg, gl,
+    cu_seqlens, chunk_indices, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
+):
+    """The backward's recompute of the intra forward's products from its saved Akk: one program per (chunk, v-head).
+        w = Akk (beta kn 2^G),  u = Akk (beta v),  qg = scale qn 2^G,  kg = kn 2^(G_last - G)
+    q, k [TT, H, K]; v [TT, HV, V]; Gc [TT, HV, K] fp32 (`gate_cumsum`); rstd_q, rstd_k, beta_act [TT, HV] fp32 and
+    Akk [TT, HV, BT] as `_kda_intra_fwd_kernel` stored them. Writes w, qg, kg [TT, HV, K] and u [TT, HV, V] in the
+    input dtype and gl [NT, HV, K] fp32, bit for bit as the forward did (its products' operands are rounded to the
+    input dtype, as the forward's parked ones were)."""
+    i_t, i_hv = tl.program_id(0), tl.program_id(1)
+    i_h = i_hv // (HV // H)
+    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
+    t0 = i_c * BT
+    n_valid = tl.minimum(T - t0, BT)
+    o_t = tl.arange(0, BT)
+    m_t = o_t < n_valid
+    p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
+    b_rq = tl.load(rstd_q + p_row_hv, mask=m_t, other=0.0)
+    b_rk = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)
+    b_beta = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
+    p_A = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
+    b_Xop = _op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        b_G = tl.load(p_G, boundary_check=(0, 1))
+        b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
+        tl.store(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_Gl, mask=o_k < K)
+        b_eG = tl.exp2(b_G)
+        b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rk[:, None]
+        b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32) * (b_rq * scale)[:, None]
+        p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        b_wop = (b_k * b_beta[:, None] * b_eG).to(p_w.dtype.element_ty)
+        tl.store(p_w, tl.dot(b_Xop, _op(b_wop, IS_BF16), input_precision=PREC).to(p_w.dtype.element_ty),
+                 boundary_check=(0, 1))
+        tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
+        tl.store(p_kg, tl.where(m_t[:, None], b_k * tl.exp2(b_Gl[None, :] - b_G), 0.0).to(p_kg.dtype.element_ty),
+                 boundary_check=(0, 1))
+    for i_v in range(tl.cdiv(V, BV)):
+        p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+        b_uop = (tl.load(p_v, boundary_check=(0, 1)).to(tl.float32) * b_beta[:, None]).to(p_u.dtype.element_ty)
+        tl.store(p_u, tl.dot(b_Xop, _op(b_uop, IS_BF16), input_precision=PREC).to(p_u.dtype.element_ty),
+                 boundary_check=(0, 1))
+
+
+@triton.jit
 def _kda_wy_bwd_kernel(
     k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do,
     dv, dvb, dAqk, dL, dbeta_v,

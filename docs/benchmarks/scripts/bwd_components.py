@@ -65,7 +65,10 @@ tryb("intra_fwd aux", lambda: intra_fwd(q, k, v, g, beta, A_log, dt_bias, 0.088,
 tryb("state_fwd h+vnew", lambda: state_fwd(intra, None, plan, BT, V, output_final_state=False, state_v_first=False, store_h=True, store_v_new=True, h_dtype=torch.float32))
 sb = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32")
 tryb("state_bwd", lambda: state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32"))
-fw = lambda: ti.wy_bwd(k, v, intra.Gc, intra.rstd_k, intra.beta, intra.Akk, st.h, st.v_new, sb.dv_new, dof, plan, BT, state_v_first=False, prec="tf32")
+Gc = ti.gate_cumsum(g, A_log, dt_bias, plan, BT, gate=2, lower_bound=-5.0)
+tryb("gate_cumsum", lambda: ti.gate_cumsum(g, A_log, dt_bias, plan, BT, gate=2, lower_bound=-5.0))
+tryb("wy_recompute", lambda: cf.wy_recompute(q, k, v, Gc, intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk, 0.088, plan, BT))
+fw = lambda: ti.wy_bwd(k, v, Gc, intra.rstd_k, intra.beta, intra.Akk, st.h, st.v_new, sb.dv_new, dof, plan, BT, state_v_first=False, prec="tf32")
 for BK, BV, nw, ns in [(64, 64, 4, 1)] + ([] if QUICK else [(32, 64, 4, 1)]):
     ti.wy_bwd_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=BV, num_warps=nw, num_stages=ns): c
     tryb(f"wy_bwd BK{BK} BV{BV} w{nw} s{ns}", fw)
@@ -73,7 +76,7 @@ ti.wy_bwd_config = C.wy_bwd_config
 wy = fw()
 for BK, BV, nw, ns in [(64, 64, 4, 2)] + ([] if QUICK else [(64, 64, 4, 1), (64, 32, 4, 1), (64, 128, 4, 1), (128, 64, 8, 1), (32, 64, 4, 2)]):
     ti.intra_bwd_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=BV, num_warps=nw, num_stages=ns): c
-    tryb(f"intra_bwd BK{BK} BV{BV} w{nw} s{ns}", lambda: ti.intra_bwd(q, k, g, A_log, dt_bias, intra.Gc, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, st.h, sb.dh, st.v_new, wy, dof, 0.088, plan, BT, gate=2, lower_bound=-5.0, state_v_first=False, prec="tf32"))
+    tryb(f"intra_bwd BK{BK} BV{BV} w{nw} s{ns}", lambda: ti.intra_bwd(q, k, g, A_log, dt_bias, Gc, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, st.h, sb.dh, st.v_new, wy, dof, 0.088, plan, BT, gate=2, lower_bound=-5.0, state_v_first=False, prec="tf32"))
 ti.intra_bwd_config = C.intra_bwd_config
 dG, dGl = torch.randn(B*T, HV, K, device=dev), torch.randn(plan.NT, 4, HV, K, device=dev)
 tryb("gate_bwd", lambda: ti.gate_bwd(g, A_log, dt_bias, dG, dGl, plan, BT, gate=2, lower_bound=-5.0))
