@@ -105,7 +105,8 @@ class ChunkKDAFunction(torch.autograd.Function):
         if ctx.keep:
             intra, h, v_new = IntraOut(*kept[:-2]), kept[-2], kept[-1]
         else:
-            intra = wy_recompute(_flat(q), _flat(k), _flat(v), Gc, *kept, p.scale, plan, BT)
+            intra = wy_recompute(_flat(q), _flat(k), _flat(v), _flat(g), A_log, dt_bias, *kept, p.scale, plan, BT,
+                                 use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"])
             st = state_fwd(intra, initial_state.contiguous() if initial_state is not None else None, plan, BT, V,
                            output_final_state=False, state_v_first=p.state_v_first, store_h=True, store_v_new=True,
                            h_dtype=grad_state_dtype(q.dtype))

@@ -126,10 +126,11 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, B
     return out
 
 
-def wy_recompute(q, k, v, Gc, Aqk, rstd_q, rstd_k, beta_act, Akk, scale: float, plan: ChunkPlan, BT: int) -> IntraOut:
+def wy_recompute(q, k, v, g, A_log, dt_bias, Aqk, rstd_q, rstd_k, beta_act, Akk, scale: float, plan: ChunkPlan,
+                 BT: int, *, use_gate_in_kernel: bool, lower_bound: float | None) -> IntraOut:
     """The backward's recompute of `intra_fwd`'s outputs from what the forward saved (Aqk, rstd_q, rstd_k, beta_act,
-    Akk: the aux outputs), bit for bit: launches `_kda_wy_fwd_kernel` on (NT, HV). q, k: [TT, H, K]; v: [TT, HV, V]
-    (contiguous, flattened); Gc: [TT, HV, K] fp32 from `gate_cumsum`."""
+    Akk: the aux outputs), bit for bit: launches `_kda_wy_fwd_kernel` on (NT, HV). q, k: [TT, H, K]; v: [TT, HV, V];
+    g: [TT, HV, K] (contiguous, flattened); A_log [HV] and dt_bias [HV * K] or None."""
     TT, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     dev, dt = q.device, q.dtype
@@ -137,9 +138,13 @@ def wy_recompute(q, k, v, Gc, Aqk, rstd_q, rstd_k, beta_act, Akk, scale: float, 
     w, qg, kg = (torch.empty(TT, HV, K, device=dev, dtype=dt) for _ in range(3))
     u = torch.empty(TT, HV, V, device=dev, dtype=dt)
     gl = torch.empty(plan.NT, HV, K, device=dev, dtype=torch.float32)
+    gate = gate_mode(use_gate_in_kernel, lower_bound)
     _kda_wy_fwd_kernel[(plan.NT, HV)](
-        q, k, v, Gc, rstd_q, rstd_k, beta_act, Akk, w, u, qg, kg, gl, plan.cu_seqlens, plan.chunk_indices, scale,
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
+        q, k, v, g, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q, rstd_q, rstd_k,
+        beta_act, Akk, w, u, qg, kg, gl, plan.cu_seqlens, plan.chunk_indices, scale,
+        lower_bound if lower_bound is not None else 0.0,
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
+        HAS_DT_BIAS=gate > 0 and dt_bias is not None, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
         num_warps=cfg.num_warps,
     )
     return IntraOut(Aqk=Aqk, w=w, u=u, qg=qg, kg=kg, gl=gl, rstd_q=rstd_q, rstd_k=rstd_k, beta=beta_act, Akk=Akk)

@@ -257,11 +257,12 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                           IS_BF16=is_bf16, PREC=prec, EXACT_ROWS=True)
                 specs.append(CompileSpec(f"intra_fwd K{K} V{V} BT{BT} {dname}", _kda_intra_fwd_kernel, sig, ce,
                                          ic.num_warps, ic.num_stages))
-                sig = {n: f"*{ty}" for n in ("q", "k", "v", "w", "u", "qg", "kg")}
-                sig.update({n: "*fp32" for n in ("Gc", "rstd_q", "rstd_k", "beta_act", "gl")})
+                sig = {n: f"*{ty}" for n in ("q", "k", "v", "g", "w", "u", "qg", "kg")}
+                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "rstd_q", "rstd_k", "beta_act", "gl")})
                 sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
-                sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32"})
-                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=ic.BK, BV=ic.BV, IS_BF16=is_bf16, PREC=prec)
+                sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "lower_bound": "fp32"})
+                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=ic.BK, BV=ic.BV, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True,
+                          IS_BF16=is_bf16, PREC=prec)
                 specs.append(CompileSpec(f"wy_fwd K{K} V{V} BT{BT} {dname}", _kda_wy_fwd_kernel, sig, ce,
                                          ic.num_warps, 1))
                 sc = state_config(arch, K, V, 4 if dname == "fp32" else 2)

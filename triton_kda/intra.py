@@ -371,18 +371,21 @@ def _kda_intra_fwd_kernel(
 
 @triton.jit
 def _kda_wy_fwd_kernel(
-    q, k, v, Gc, rstd_q, rstd_k, beta_act, Akk,
+    q, k, v, g, A_log, dt_bias, rstd_q, rstd_k, beta_act, Akk,
     w, u, qg, kg, gl,
-    cu_seqlens, chunk_indices, scale,
+    cu_seqlens, chunk_indices, scale, lower_bound,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, IS_BF16: tl.constexpr,
+    PREC: tl.constexpr,
 ):
     """The backward's recompute of the intra forward's products from its saved Akk: one program per (chunk, v-head).
         w = Akk (beta kn 2^G),  u = Akk (beta v),  qg = scale qn 2^G,  kg = kn 2^(G_last - G)
-    q, k [TT, H, K]; v [TT, HV, V]; Gc [TT, HV, K] fp32 (`gate_cumsum`); rstd_q, rstd_k, beta_act [TT, HV] fp32 and
-    Akk [TT, HV, BT] as `_kda_intra_fwd_kernel` stored them. Writes w, qg, kg [TT, HV, K] and u [TT, HV, V] in the
-    input dtype and gl [NT, HV, K] fp32, bit for bit as the forward did (its products' operands are rounded to the
-    input dtype, as the forward's parked ones were)."""
+    q, k [TT, H, K]; v [TT, HV, V]; g [TT, HV, K] (raw); rstd_q, rstd_k, beta_act [TT, HV] fp32 and Akk [TT, HV, BT]
+    as `_kda_intra_fwd_kernel` stored them. Writes w, qg, kg [TT, HV, K] and u [TT, HV, V] in the input dtype and
+    gl [NT, HV, K] fp32, bit for bit as the forward did: G is recomputed with the forward's K slices (a cumsum's
+    rounding follows its tile), and the products' operands are rounded to the input dtype as the forward's parked
+    ones were."""
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
     i_h = i_hv // (HV // H)
     bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
@@ -400,8 +403,8 @@ def _kda_wy_fwd_kernel(
         o_k = i_k * BK + tl.arange(0, BK)
         p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        b_G = tl.load(p_G, boundary_check=(0, 1))
+        b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
+                           HAS_A_LOG, HAS_DT_BIAS)
         b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
         tl.store(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_Gl, mask=o_k < K)
         b_eG = tl.exp2(b_G)

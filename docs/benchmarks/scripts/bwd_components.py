@@ -67,7 +67,7 @@ sb = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan
 tryb("state_bwd", lambda: state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32"))
 Gc = ti.gate_cumsum(g, A_log, dt_bias, plan, BT, gate=2, lower_bound=-5.0)
 tryb("gate_cumsum", lambda: ti.gate_cumsum(g, A_log, dt_bias, plan, BT, gate=2, lower_bound=-5.0))
-tryb("wy_recompute", lambda: cf.wy_recompute(q, k, v, Gc, intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk, 0.088, plan, BT))
+tryb("wy_recompute", lambda: cf.wy_recompute(q, k, v, g, A_log, dt_bias, intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk, 0.088, plan, BT, use_gate_in_kernel=True, lower_bound=-5.0))
 fw = lambda: ti.wy_bwd(k, v, Gc, intra.rstd_k, intra.beta, intra.Akk, st.h, st.v_new, sb.dv_new, dof, plan, BT, state_v_first=False, prec="tf32")
 for BK, BV, nw, ns in [(64, 64, 4, 1)] + ([] if QUICK else [(32, 64, 4, 1)]):
     ti.wy_bwd_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=BV, num_warps=nw, num_stages=ns): c
