@@ -63,13 +63,13 @@ def _backend_args(q, k, v, g, beta, initial_state, cu_seqlens, p: KDAProblem, fl
 
 class ChunkKDAFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, seqlens_cpu):
+    def forward(ctx, q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, seqlens_cpu, grad):
         B, T, HV, V = v.shape
         plan = plan_chunks(B, T, p.chunk_size, q.device, seqlens_cpu)
-        # with a backward to come the forward saves, as fla's does, Aqk, Akk, the row norms and the activated beta
-        # (the backward recomputes w, u, qg, kg and the states from them); disable_recompute keeps every
-        # intermediate (h in grad_state_dtype) instead
-        grad = any(ctx.needs_input_grad[:8])
+        # grad: a backward may follow (grad mode was on and an input requires grad; ctx.needs_input_grad ignores the
+        # grad mode). The forward then saves, as fla's does, Aqk, Akk, the row norms and the activated beta (the
+        # backward recomputes w, u, qg, kg and the states from them); disable_recompute keeps every intermediate
+        # (h in grad_state_dtype) instead
         keep = flags["disable_recompute"] and grad
         return_h = flags["return_intermediate_states"]
         intra, st = _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan,
@@ -121,7 +121,7 @@ class ChunkKDAFunction(torch.autograd.Function):
         )
         return (gr.dq.view_as(q), gr.dk.view_as(k), gr.dv.view_as(v), gr.dg.view_as(g), gr.dbeta.view_as(beta),
                 gr.dA_log.view_as(A_log) if gr.dA_log is not None else None,
-                gr.ddt_bias.view_as(dt_bias) if gr.ddt_bias is not None else None, gr.dh0, None, None, None)
+                gr.ddt_bias.view_as(dt_bias) if gr.ddt_bias is not None else None, gr.dh0, None, None, None, None)
 
 
 def chunk_kda(
@@ -180,8 +180,9 @@ def chunk_kda(
         disable_recompute=disable_recompute, return_intermediate_states=return_intermediate_states,
         safe_gate=safe_gate,
     )
-    backend = cuda_fast.select(BACKEND_OP, _backend_args(q, k, v, g, beta, initial_state, cu_seqlens, p, flags),
-                               q.device)
+    args = _backend_args(q, k, v, g, beta, initial_state, cu_seqlens, p, flags)
+    backend = cuda_fast.select(BACKEND_OP, args, q.device)
     if backend.fn is not None:
         return backend.fn(q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, cu_seqlens, p, flags)
-    return ChunkKDAFunction.apply(q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, p, flags, p.seqlens_cpu)
+    return ChunkKDAFunction.apply(q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, p, flags, p.seqlens_cpu,
+                                  args["requires_grad"])
