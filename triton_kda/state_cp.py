@@ -40,7 +40,9 @@ _PROGRAMS_PER_SM = 2    # state programs resident per SM that still speed each o
 _MAP_STEP = 2 / 3       # a map step does two of the serial step's three products
 _CHAIN_STEP = 1.0       # one [K, K] x [K, BV] fp32 product per piece, plus loading M
 _EXTRA_LAUNCHES = 4.0   # the map and chain launches
-_MIN_GAIN = 1.25        # split only where the model predicts at least this speed-up
+_MIN_GAIN = 1.6         # split only where the model predicts at least this speed-up: on an H200 the model's 1.40 and
+                        # 1.49 at B1 H32 T8192 / T32768 were losses (fwd+bwd 4.66 vs 4.27 ms, 17.84 vs 16.61 serial;
+                        # docs/benchmarks/NOTES.md, session 7), its 4.0 at B1 H8 T32768 a gain
 
 
 class PiecePlan(NamedTuple):
