@@ -40,9 +40,11 @@ _PROGRAMS_PER_SM = 2    # state programs resident per SM that still speed each o
 _MAP_STEP = 2 / 3       # a map step does two of the serial step's three products
 _CHAIN_STEP = 1.0       # one [K, K] x [K, BV] fp32 product per piece, plus loading M
 _EXTRA_LAUNCHES = 4.0   # the map and chain launches
-_MIN_GAIN = 1.6         # split only where the model predicts at least this speed-up: on an H200 the model's 1.40 and
-                        # 1.49 at B1 H32 T8192 / T32768 were losses (fwd+bwd 4.66 vs 4.27 ms, 17.84 vs 16.61 serial;
-                        # docs/benchmarks/NOTES.md, session 7), its 4.0 at B1 H8 T32768 a gain
+_MIN_GAIN = 1.25        # split only where the model predicts at least this speed-up
+_MAX_FILL = 1 / 6       # ... and where one sequence's serial programs (HV x V blocks) fill at most this share of the
+                        # slots: the model ignores bandwidth, and at B1 H32 (64 programs, 132-SM H200) CP lost 9% / 7%
+                        # fwd+bwd at T8192 / T32768 (docs/benchmarks/NOTES.md, session 7); at B1 H16 (32 programs,
+                        # H100) it gained 1.18x forward, at B1 H8 1.56x
 
 
 class PiecePlan(NamedTuple):
@@ -83,6 +85,8 @@ def _piece_chunks(nchunks: tuple, HV: int, nvb: int, nkb: int, neb: int, slots: 
     if mode == "0" or len(nc) == 0 or int(nc.max()) < 2:
         return 0
     longest = int(nc.max())
+    if mode == "auto" and not forced and HV * nvb > slots * _MAX_FILL:
+        return 0
     if forced:
         lengths = (forced,) if forced < longest else ()
     else:
