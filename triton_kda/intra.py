@@ -61,6 +61,17 @@ def _chunk_coords(cu_seqlens, chunk_indices, i_t):
 
 
 @triton.jit
+def _chunk_rows(cu_seqlens, chunk_indices, i_t, BT: tl.constexpr):
+    """Chunk i_t's rows: (bos, T, t0, n_valid, o_t, m_t) with `_chunk_coords`' first two, t0 the chunk's first token
+    in its sequence, n_valid its token count, o_t = arange(BT) and m_t = o_t < n_valid."""
+    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
+    t0 = i_c * BT
+    n_valid = tl.minimum(T - t0, BT)
+    o_t = tl.arange(0, BT)
+    return bos, T, t0, n_valid, o_t, o_t < n_valid
+
+
+@triton.jit
 def _state_offsets(o_k, o_v, K: tl.constexpr, V: tl.constexpr, V_FIRST: tl.constexpr):
     """Element offsets of the [len(o_k), len(o_v)] block (rows o_k, columns o_v) of one [K, V] state, stored
     [V, K] if V_FIRST."""
@@ -211,11 +222,7 @@ def _kda_intra_fwd_kernel(
     fp32 and Akk [TT, HV, BT] (Aqk's dtype: the operand the forward's products used) for the backward."""
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
     i_h = i_hv // (HV // H)
-    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
-    t0 = i_c * BT
-    n_valid = tl.minimum(T - t0, BT)
-    o_t = tl.arange(0, BT)
-    m_t = o_t < n_valid
+    bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
     blk = o_t // BC
     NK: tl.constexpr = (K + BK - 1) // BK
     NC: tl.constexpr = BT // BC
@@ -388,11 +395,7 @@ def _kda_wy_fwd_kernel(
     ones were."""
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
     i_h = i_hv // (HV // H)
-    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
-    t0 = i_c * BT
-    n_valid = tl.minimum(T - t0, BT)
-    o_t = tl.arange(0, BT)
-    m_t = o_t < n_valid
+    bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
     p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
     b_rq = tl.load(rstd_q + p_row_hv, mask=m_t, other=0.0)
     b_rk = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)
@@ -453,11 +456,7 @@ def _kda_wy_bwd_kernel(
     """
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
     i_h = i_hv // (HV // H)
-    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
-    t0 = i_c * BT
-    n_valid = tl.minimum(T - t0, BT)
-    o_t = tl.arange(0, BT)
-    m_t = o_t < n_valid
+    bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
     m_tt = m_t[:, None] & m_t[None, :]
     p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
 

@@ -1,5 +1,5 @@
 """The chunk-local backward kernel: an older version of triton_kda/intra.py against the current one, on the same
-inputs, plus a launch-configuration sweep of the current kernel and the end-to-end fwd+bwd; see NOTES.md.
+inputs, plus a launch-configuration sweep of the current kernel (end to end: env_e2e.py); see NOTES.md.
 
 Run on the device from the repo root:
     git show <commit>:triton_kda/intra.py > /tmp/intra_old.py
@@ -23,7 +23,6 @@ import triton  # noqa: E402
 
 import triton_kda.configs as C  # noqa: E402
 import triton_kda.intra as ti  # noqa: E402
-from triton_kda import chunk_kda  # noqa: E402
 from triton_kda.chunk_fwd import intra_fwd, plan_chunks, state_fwd  # noqa: E402
 from triton_kda.state import state_bwd  # noqa: E402
 
@@ -138,23 +137,6 @@ def main():
                   flush=True)
         except Exception as exc:
             print(f"new kernel {cfg}: ERR {type(exc).__name__}: {str(exc)[:160]}", flush=True)
-
-    B, T, H, HV = shape
-    dev, bf = "cuda", torch.bfloat16
-    leaves = [torch.randn(B, T, H, K, device=dev, dtype=bf), torch.randn(B, T, H, K, device=dev, dtype=bf),
-              torch.randn(B, T, HV, V, device=dev, dtype=bf), torch.randn(B, T, HV, K, device=dev, dtype=bf),
-              torch.randn(B, T, HV, device=dev, dtype=bf)]
-    leaves = [x.requires_grad_(True) for x in leaves]
-    args = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, safe_gate=True, lower_bound=-5.0,
-                use_beta_sigmoid_in_kernel=True, A_log=torch.log(torch.rand(HV, device=dev) * 15 + 1),
-                dt_bias=torch.randn(HV * K, device=dev) * 0.5)
-    do = torch.randn(B, T, HV, V, device=dev, dtype=bf)
-
-    def fb():
-        o, _ = chunk_kda(*leaves, **args)
-        torch.autograd.grad(o, leaves, do)
-    fb()
-    print(f"E2E fwd+bwd (current default {C.intra_bwd_config(90, K, V)}): {bench(fb):.3f} ms", flush=True)
 
 
 if __name__ == "__main__":
