@@ -20,7 +20,7 @@ import torch
 import cuda_fast
 from triton_kda._validate import KDAProblem, validate_chunk_kda
 from triton_kda.chunk_bwd import chunk_bwd
-from triton_kda.chunk_fwd import IntraOut, intra_fwd, plan_chunks, state_fwd, wy_recompute
+from triton_kda.chunk_fwd import IntraOut, _precision, intra_fwd, plan_chunks, state_fwd, wy_recompute
 from triton_kda.gate import gate_mode
 from triton_kda.intra import gate_cumsum
 from triton_kda.state import grad_state_dtype
@@ -101,7 +101,8 @@ class ChunkKDAFunction(torch.autograd.Function):
         gate = gate_mode(flags["use_gate_in_kernel"], flags["lower_bound"])
         A_log = A_log.reshape(-1) if A_log is not None else None
         dt_bias = dt_bias.reshape(-1) if dt_bias is not None else None
-        Gc = gate_cumsum(_flat(g), A_log, dt_bias, plan, BT, gate=gate, lower_bound=flags["lower_bound"])
+        Gc = gate_cumsum(_flat(g), A_log, dt_bias, plan, BT, gate=gate, lower_bound=flags["lower_bound"],
+                         prec=_precision(q.dtype))
         if ctx.keep:
             intra, h, v_new = IntraOut(*kept[:-2]), kept[-2], kept[-1]
         else:

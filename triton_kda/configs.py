@@ -312,7 +312,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                                          gc.num_warps, 1))
                 sig = {"g": f"*{ty}", "A_log": "*fp32", "dt_bias": "*fp32", "Gc": "*fp32", "cu_seqlens": "*i64",
                        "chunk_indices": "*i32", "lower_bound": "fp32"}
-                ce = dict(HV=8, K=K, BT=BT, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True)
+                ce = dict(HV=8, K=K, BT=BT, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True, PREC=prec)
                 specs.append(CompileSpec(f"gate_cumsum K{K} BT{BT} {dname}", _kda_gate_cumsum_fwd_kernel, sig, ce,
                                          gc.num_warps, 1))
                 specs += _cp_specs(arch, K, V, BT, dname, ty, is_bf16, prec)

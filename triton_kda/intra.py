@@ -167,30 +167,42 @@ def _gate_input_of(b_g, A_log, dt_bias, i_hv, i_k, K: tl.constexpr, BK: tl.const
 
 @triton.jit
 def _gate_cumsum_of(b_g, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K: tl.constexpr, BK: tl.constexpr,
-                    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr):
+                    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, EXACT_SCAN: tl.constexpr):
     """Inclusive in-chunk cumsum (log2 units) of the activated gate from the raw gate tile b_g of K slice i_k:
-    [BT, BK] fp32, zero past the sequence end and past K (so the last row holds the last valid token's value)."""
+    [BT, BK] fp32, zero past the sequence end and past K (so the last row holds the last valid token's value).
+
+    EXACT_SCAN (fp32 inputs) sums and scales in fp64 and rounds once: each G_i is its exact value to half an ulp, and
+    G_i - G_j for nearby tokens is right to about an ulp of |G|, as the decays 2^(G_i - G_j) need for fp32's 1e-5
+    tolerances at large |G|. An fp32 tl.cumsum on a GPU adds in a tree that follows the tile's layout, so nearby
+    prefix sums carry independent errors of several ulps (session 7: dk 3.3e-5 with the strong-decay gate on an
+    H200, where the interpreter's sequential fp32 sum passes).
+    """
     m_k = i_k * BK + tl.arange(0, BK) < K
     b_x, a = _gate_input_of(b_g, A_log, dt_bias, i_hv, i_k, K, BK, HAS_A_LOG, HAS_DT_BIAS)
     if GATE > 0:
         b_x = kda_gate_act(b_x, a, lower_bound, GATE)
-    return tl.cumsum(tl.where(m_t[:, None] & m_k[None, :], b_x, 0.0), axis=0) * LOG2E
+    b_x = tl.where(m_t[:, None] & m_k[None, :], b_x, 0.0)
+    if EXACT_SCAN:
+        b_G = (tl.cumsum(b_x.to(tl.float64), axis=0) * LOG2E).to(tl.float32)
+    else:
+        b_G = tl.cumsum(b_x, axis=0) * LOG2E
+    return b_G
 
 
 @triton.jit
 def _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t,
                  HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                 GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr):
+                 GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, EXACT_SCAN: tl.constexpr):
     """`_gate_cumsum_of` the chunk's gate tile of K slice i_k, loaded from g."""
     return _gate_cumsum_of(_gate_tile(g, bos, T, t0, i_hv, i_k, HV, K, BT, BK), A_log, dt_bias, i_hv, i_k,
-                           lower_bound, m_t, K, BK, GATE, HAS_A_LOG, HAS_DT_BIAS)
+                           lower_bound, m_t, K, BK, GATE, HAS_A_LOG, HAS_DT_BIAS, EXACT_SCAN)
 
 
 @triton.jit
 def _kda_gate_cumsum_fwd_kernel(
     g, A_log, dt_bias, Gc, cu_seqlens, chunk_indices, lower_bound,
     HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
+    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, PREC: tl.constexpr,
 ):
     """The gate cumsum G the backward reads, as the intra forward computes it: one program per (chunk, v-head, K slice).
         G_i = log2(e) sum_{j <= i in the chunk} gate_j
@@ -200,7 +212,7 @@ def _kda_gate_cumsum_fwd_kernel(
     t0 = i_c * BT
     m_t = tl.arange(0, BT) < T - t0
     b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE, HAS_A_LOG,
-                       HAS_DT_BIAS)
+                       HAS_DT_BIAS, PREC == "ieee")
     p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     tl.store(p_G, b_G, boundary_check=(0, 1))
 
@@ -266,7 +278,7 @@ def _kda_intra_fwd_kernel(
         b_q = b_qn.to(tl.float32)
         b_k = b_kn.to(tl.float32)
         b_G = _gate_cumsum_of(b_gn, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K, BK, GATE, HAS_A_LOG,
-                              HAS_DT_BIAS)
+                              HAS_DT_BIAS, PREC == "ieee")
         p_qs = tl.advance(p_qs, (0, BK))
         p_ks = tl.advance(p_ks, (0, BK))
         b_qn = tl.load(p_qs, boundary_check=(0, 1))
@@ -317,7 +329,7 @@ def _kda_intra_fwd_kernel(
             e_L = tl.zeros((BT, BT), dtype=tl.float32)
             for i_k in range(NK):
                 b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
-                                   HAS_A_LOG, HAS_DT_BIAS)
+                                   HAS_A_LOG, HAS_DT_BIAS, PREC == "ieee")
                 p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK),
                                         (1, 0))
                 p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK),
@@ -407,7 +419,7 @@ def _kda_wy_fwd_kernel(
         p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
-                           HAS_A_LOG, HAS_DT_BIAS)
+                           HAS_A_LOG, HAS_DT_BIAS, PREC == "ieee")
         b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
         tl.store(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_Gl, mask=o_k < K)
         b_eG = tl.exp2(b_G)
@@ -742,9 +754,9 @@ class WYBwdOut(NamedTuple):
     dbeta: torch.Tensor     # [TT, HV] fp32, the beta gradient through u (before the sigmoid)
 
 
-def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: float | None) -> torch.Tensor:
+def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: float | None, prec: str) -> torch.Tensor:
     """Launch `_kda_gate_cumsum_fwd_kernel` on the (NT, HV, NK) grid: Gc [TT, HV, K] fp32 from g [TT, HV, K] (raw,
-    contiguous); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr."""
+    contiguous); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; prec: the forward's."""
     TT, HV, K = g.shape
     cfg = gate_bwd_config(arch_of(g.device), K)
     has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
@@ -752,7 +764,7 @@ def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: flo
     _kda_gate_cumsum_fwd_kernel[(plan.NT, HV, triton.cdiv(K, cfg.BK))](
         g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, Gc, plan.cu_seqlens, plan.chunk_indices,
         lower_bound if lower_bound is not None else 0.0,
-        HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
+        HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias, PREC=prec,
         num_warps=cfg.num_warps,
     )
     return Gc

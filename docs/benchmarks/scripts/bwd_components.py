@@ -65,8 +65,8 @@ tryb("intra_fwd aux", lambda: intra_fwd(q, k, v, g, beta, A_log, dt_bias, 0.088,
 tryb("state_fwd h+vnew", lambda: state_fwd(intra, None, plan, BT, V, output_final_state=False, state_v_first=False, store_h=True, store_v_new=True, h_dtype=torch.float32))
 sb = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32")
 tryb("state_bwd", lambda: state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32"))
-Gc = ti.gate_cumsum(g, A_log, dt_bias, plan, BT, gate=2, lower_bound=-5.0)
-tryb("gate_cumsum", lambda: ti.gate_cumsum(g, A_log, dt_bias, plan, BT, gate=2, lower_bound=-5.0))
+Gc = ti.gate_cumsum(g, A_log, dt_bias, plan, BT, gate=2, lower_bound=-5.0, prec="tf32")
+tryb("gate_cumsum", lambda: ti.gate_cumsum(g, A_log, dt_bias, plan, BT, gate=2, lower_bound=-5.0, prec="tf32"))
 tryb("wy_recompute", lambda: cf.wy_recompute(q, k, v, g, A_log, dt_bias, intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk, 0.088, plan, BT, use_gate_in_kernel=True, lower_bound=-5.0))
 fw = lambda: ti.wy_bwd(k, v, Gc, intra.rstd_k, intra.beta, intra.Akk, st.h, st.v_new, sb.dv_new, dof, plan, BT, state_v_first=False, prec="tf32")
 for BK, BV, nw, ns in [(64, 64, 4, 1)] + ([] if QUICK else [(32, 64, 4, 1)]):
