@@ -257,3 +257,16 @@ def test_forward_saves_aux_only_for_a_backward(monkeypatch, grad_mode):
         o, _ = chunk_kda(**d, chunk_size=chunk_size)
     assert seen == [grad_mode]
     assert (o.grad_fn is not None) == grad_mode
+
+
+def test_gate_parameter_grads_keep_their_shapes():
+    """dt_bias may come as [HV, K] (validation counts elements): its gradient has that shape and the values of the
+    flat [HV * K] case."""
+    d, chunk_size, _ = _inputs(_case(use_gate_in_kernel=True, lower_bound=-5.0), torch.float32)
+    do, _ = _cotangents(d, seed=0)
+    flat = _kernel_grads(d, chunk_size, False, do, None)
+    HV, K = d["g"].shape[2], d["g"].shape[3]
+    d["dt_bias"] = d["dt_bias"].detach().reshape(HV, K).requires_grad_(True)
+    square = _kernel_grads(d, chunk_size, False, do, None)
+    assert square["dt_bias"].shape == (HV, K)
+    assert torch.equal(square["dt_bias"].reshape(-1), flat["dt_bias"])

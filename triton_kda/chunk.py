@@ -20,9 +20,7 @@ import torch
 import cuda_fast
 from triton_kda._validate import KDAProblem, validate_chunk_kda
 from triton_kda.chunk_bwd import chunk_bwd
-from triton_kda.chunk_fwd import IntraOut, _precision, intra_fwd, plan_chunks, state_fwd, wy_recompute
-from triton_kda.gate import gate_mode
-from triton_kda.intra import gate_cumsum
+from triton_kda.chunk_fwd import IntraOut, intra_fwd, plan_chunks, state_fwd, wy_recompute
 from triton_kda.state import grad_state_dtype
 
 
@@ -98,15 +96,12 @@ class ChunkKDAFunction(torch.autograd.Function):
         B, T, HV, V = v.shape
         BT = p.chunk_size
         plan = plan_chunks(B, T, BT, q.device, ctx.seqlens_cpu)
-        gate = gate_mode(flags["use_gate_in_kernel"], flags["lower_bound"])
-        A_log = A_log.reshape(-1) if A_log is not None else None
-        dt_bias = dt_bias.reshape(-1) if dt_bias is not None else None
-        Gc = gate_cumsum(_flat(g), A_log, dt_bias, plan, BT, gate=gate, lower_bound=flags["lower_bound"],
-                         prec=_precision(q.dtype))
+        a_log = A_log.reshape(-1) if A_log is not None else None
+        dt = dt_bias.reshape(-1) if dt_bias is not None else None
         if ctx.keep:
             intra, h, v_new = IntraOut(*kept[:-2]), kept[-2], kept[-1]
         else:
-            intra = wy_recompute(_flat(q), _flat(k), _flat(v), _flat(g), A_log, dt_bias, *kept, p.scale, plan, BT,
+            intra = wy_recompute(_flat(q), _flat(k), _flat(v), _flat(g), a_log, dt, *kept, p.scale, plan, BT,
                                  use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"])
             st = state_fwd(intra, initial_state.contiguous() if initial_state is not None else None, plan, BT, V,
                            output_final_state=False, state_v_first=p.state_v_first, store_h=True, store_v_new=True,
@@ -114,7 +109,7 @@ class ChunkKDAFunction(torch.autograd.Function):
             h, v_new = st.h, st.v_new
         gr = chunk_bwd(
             _flat(do), dht.contiguous() if dht is not None else None, _flat(q), _flat(k), _flat(v), _flat(g),
-            _flat(beta), A_log, dt_bias, intra, Gc, h, v_new, plan, BT, p.scale,
+            _flat(beta), a_log, dt, intra, h, v_new, plan, BT, p.scale,
             use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"], use_gate_in_kernel=flags["use_gate_in_kernel"],
             lower_bound=flags["lower_bound"], use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
             allow_neg_eigval=flags["allow_neg_eigval"], state_v_first=p.state_v_first,

@@ -1,4 +1,5 @@
-"""Backward orchestration: the reverse state pass, the chunk-local backward, the GVA and parameter reductions.
+"""Backward orchestration: the gate cumsum, the reverse state pass, the WY and chunk-local backward, the GVA and
+parameter reductions.
 
 Every stage is deterministic (no atomics): per-v-head partials of dq/dk are summed over each GVA group by
 `qk_bwd` (which also applies the l2norm backward), per-chunk and per-K-slice partials of
@@ -12,7 +13,7 @@ import torch
 
 from triton_kda.chunk_fwd import ChunkPlan, IntraOut, _precision
 from triton_kda.gate import gate_mode
-from triton_kda.intra import intra_bwd, qk_bwd, wy_bwd
+from triton_kda.intra import gate_cumsum, intra_bwd, qk_bwd, wy_bwd
 from triton_kda.state import state_bwd
 
 
@@ -28,7 +29,7 @@ class ChunkGrads(NamedTuple):
     dh0: torch.Tensor | None        # [N, HV, K, V] fp32 ([N, HV, V, K] with state_v_first)
 
 
-def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, Gc, h, v_new, plan: ChunkPlan, BT: int,
+def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_new, plan: ChunkPlan, BT: int,
               scale: float, *, use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, lower_bound: float | None,
               use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool, state_v_first: bool,
               want_dh0: bool) -> ChunkGrads:
@@ -36,19 +37,20 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, Gc, h,
 
     do: [TT, HV, V]; dht: None or [N, HV, K, V] fp32 (V-first with state_v_first); q, k: [TT, H, K];
     v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (all contiguous); A_log [HV] / dt_bias [HV * K] or None;
-    intra: the intra-stage outputs; Gc: [TT, HV, K] fp32 gate cumsum (`gate_cumsum`); h: [NT, HV, K, V] state at
-    each chunk start (grad_state_dtype; V-first with state_v_first); v_new: [TT, HV, V].
+    intra: the intra-stage outputs; h: [NT, HV, K, V] state at each chunk start (grad_state_dtype; V-first with
+    state_v_first); v_new: [TT, HV, V].
     """
     V = v.shape[2]
     prec = _precision(q.dtype)
+    gate = gate_mode(use_gate_in_kernel, lower_bound)
+    Gc = gate_cumsum(g, A_log, dt_bias, plan, BT, gate=gate, lower_bound=lower_bound, prec=prec)
     dh, dv_new, dh0 = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do, dht, plan, BT, V,
                                 want_dh0=want_dh0, state_v_first=state_v_first, prec=prec)
     wy = wy_bwd(k, v, Gc, intra.rstd_k, intra.beta, intra.Akk, h, v_new, dv_new, do, plan, BT,
                 state_v_first=state_v_first, prec=prec)
     del dv_new  # [TT, HV, V] fp32: freed before the chunk-local stage's buffers are allocated
     it = intra_bwd(q, k, g, A_log, dt_bias, Gc, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, h, dh, v_new, wy,
-                   do, scale, plan, BT, gate=gate_mode(use_gate_in_kernel, lower_bound), lower_bound=lower_bound,
-                   state_v_first=state_v_first, prec=prec)
+                   do, scale, plan, BT, gate=gate, lower_bound=lower_bound, state_v_first=state_v_first, prec=prec)
     dbeta = wy.dbeta + it.dbeta.sum(0)
     if use_beta_sigmoid_in_kernel:
         # beta_act = s * sigmoid(x): d/dx = beta_act (1 - beta_act / s)
