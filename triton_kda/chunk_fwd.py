@@ -8,7 +8,16 @@ from typing import NamedTuple
 import torch
 import triton
 
-from triton_kda.configs import _kpad, arch_of, intra_candidates, intra_config, state_candidates, state_config, tuned
+from triton_kda.configs import (
+    _kpad,
+    arch_of,
+    intra_candidates,
+    intra_config,
+    state_candidates,
+    state_config,
+    tuned,
+    wy_fwd_config,
+)
 from triton_kda.gate import GATE_LOWER_BOUND, gate_mode
 from triton_kda.intra import RANGE_MAX, _kda_intra_fwd_kernel, _kda_wy_fwd_kernel
 from triton_kda.state import _kda_state_fwd_kernel
@@ -134,7 +143,7 @@ def wy_recompute(q, k, v, g, A_log, dt_bias, Aqk, rstd_q, rstd_k, beta_act, Akk,
     TT, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     dev, dt = q.device, q.dtype
-    cfg = intra_config(arch_of(dev), K, V)
+    cfg = wy_fwd_config(arch_of(dev), K, V)
     w, qg, kg = (torch.empty(TT, HV, K, device=dev, dtype=dt) for _ in range(3))
     u = torch.empty(TT, HV, V, device=dev, dtype=dt)
     gl = torch.empty(plan.NT, HV, K, device=dev, dtype=torch.float32)
@@ -145,7 +154,7 @@ def wy_recompute(q, k, v, g, A_log, dt_bias, Aqk, rstd_q, rstd_k, beta_act, Akk,
         lower_bound if lower_bound is not None else 0.0,
         H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
         HAS_DT_BIAS=gate > 0 and dt_bias is not None, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
-        num_warps=cfg.num_warps,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return IntraOut(Aqk=Aqk, w=w, u=u, qg=qg, kg=kg, gl=gl, rstd_q=rstd_q, rstd_k=rstd_k, beta=beta_act, Akk=Akk)
 

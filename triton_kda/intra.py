@@ -208,9 +208,7 @@ def _kda_gate_cumsum_fwd_kernel(
         G_i = log2(e) sum_{j <= i in the chunk} gate_j
     g [TT, HV, K] (raw); writes Gc [TT, HV, K] fp32."""
     i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
-    t0 = i_c * BT
-    m_t = tl.arange(0, BT) < T - t0
+    bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
     b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE, HAS_A_LOG,
                        HAS_DT_BIAS, PREC == "ieee")
     p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
@@ -536,12 +534,10 @@ def _kda_intra_bwd_kernel(
     """Chunk-local backward of one BC-row block and K slice: one program per (chunk x block, v-head, K slice).
 
     q, k [TT, H, K]; Gc [TT, HV, K] fp32 (the gate cumsum G, log2 units, `gate_cumsum`); gl [NT, HV, K] fp32 (G of
-    each chunk's last token); rstd_q,
-    rstd_k, beta_act [TT, HV] fp32; h [NT, HV, K, V] ([NT, HV, V, K] if V_FIRST), dh [NT, HV, K, V] (both
-    grad_state_dtype); v_new, do [TT, HV, V]; dvb [TT, HV, V], dAqk, dL [TT, HV, BT] fp32 from
-    `_kda_wy_bwd_kernel`. With S = h[c], dS = dh[c],
-    qn = scale rstd_q q, kn = rstd_k k, kbn = beta kn, and for the block's rows i / columns j the sums over j <= i
-    of the chunk
+    each chunk's last token); rstd_q, rstd_k, beta_act [TT, HV] fp32; h [NT, HV, K, V] ([NT, HV, V, K] if V_FIRST),
+    dh [NT, HV, K, V] (both grad_state_dtype); v_new, do [TT, HV, V]; dvb [TT, HV, V], dAqk, dL [TT, HV, BT] fp32
+    from `_kda_wy_bwd_kernel`. With S = h[c], dS = dh[c], qn = scale rstd_q q, kn = rstd_k k, kbn = beta kn, and for
+    the block's rows i / columns j the sums over j <= i of the chunk
         Rq_i = sum_j dAqk_ij kn_j 2^(G_i - G_j),  RL_i = sum_j dL_ij kn_j 2^(G_i - G_j),
         C_j  = sum_i (dAqk_ij qn_i + dL_ij kbn_i) 2^(G_i - G_j),
     dqn = (do S^T) 2^G + Rq,  dkn = X beta 2^G + (v_new dS^T) 2^(G_last - G) + beta RL + C  (X = -dvb S^T), and
