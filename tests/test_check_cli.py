@@ -16,7 +16,15 @@ from triton_kda.check import cli
 from triton_kda.check.baseline import FLOORS, compare_baseline, load_baseline, regressed, save_baseline
 from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
 from triton_kda.check.portability import PortabilityRow, WorkerStartError, default_jobs
-from triton_kda.check.runner import Backend, Row, available_backends, check_config, fla_sample, threshold
+from triton_kda.check.runner import (
+    Backend,
+    Row,
+    available_backends,
+    check_config,
+    fla_sample,
+    threshold,
+    upstream_grads,
+)
 from triton_kda.check.table import build_table, exit_code, render
 from triton_kda.configs import compile_specs
 
@@ -438,6 +446,29 @@ def test_runner_reports_failures():
     assert all(not r.passed and r.informational and r.reason == "forward raised RuntimeError: no kernel for this shape"
                for r in rows if r.backend == "raises")
     assert exit_code(build_table(rows)) == 1
+
+
+def test_runner_gives_the_oracle_the_upstream_gradients_the_backend_receives():
+    """do is rounded to the output's dtype (fp16 here), dht to fp32, before the oracle sees them; the backend receives
+    exactly those values, so the caller's rounding of do is not counted as the backend's error."""
+    config = CheckConfig(1, 12, 1, 1, 8, 8, dtype="fp16", initial_state=True, output_final_state=True)
+    seen = {}
+
+    def recording_backend(**kw):
+        o, ht = _oracle_backend(**kw)
+        o.register_hook(lambda g: seen.setdefault("do", g))
+        ht.register_hook(lambda g: seen.setdefault("dht", g))
+        return o, ht
+
+    rows = check_config(config, [Backend("rec", recording_backend)], torch.device("cpu"))
+    assert all(r.passed for r in rows), rows
+    f64 = torch.float64
+    do, dht = upstream_grads(config, {"o": torch.zeros(1, 12, 1, 8, dtype=f64),
+                                      "final_state": torch.zeros(1, 1, 8, 8, dtype=f64)}, torch.device("cpu"))
+    assert seen["do"].dtype == torch.float16 and torch.equal(seen["do"].double(), do)
+    assert seen["dht"].dtype == torch.float32 and torch.equal(seen["dht"].double(), dht)
+    unrounded = torch.randn(do.shape, generator=torch.Generator().manual_seed(1234), dtype=f64)
+    assert 0 < (do - unrounded).abs().max() < 1e-3
 
 
 def test_runner_fwd_only():

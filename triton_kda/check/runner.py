@@ -1,8 +1,9 @@
 """Run one `CheckConfig` on every backend and compare each output and gradient with the fp64 oracle.
 
 The oracle is `reference.kda.kda_recurrent` on fp64 copies of the same random inputs; gradients come from autograd
-through it with the same random upstream gradients (do, dht) the backend receives. Every compared tensor becomes one
-`Row`; a backend that raises, returns NaN/Inf or a wrong shape gives failed rows with the reason.
+through it with the same random upstream gradients (do, dht) the backend receives, rounded as it receives them.
+Every compared tensor becomes one `Row`; a backend that raises, returns NaN/Inf or a wrong shape gives failed rows
+with the reason.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from reference.kda import kda_recurrent
 from triton_kda import chunk_kda
 from triton_kda.check.grid import CheckConfig
 
-__all__ = ["Backend", "Row", "available_backends", "check_config", "failed_rows", "fla_sample", "threshold"]
+__all__ = ["Backend", "Row", "available_backends", "check_config", "failed_rows", "fla_sample", "threshold",
+           "upstream_grads"]
 
 # chunk_kda input -> name of its gradient in the table
 GRAD_NAMES = {
@@ -153,6 +155,15 @@ def _compare(config: CheckConfig, backend: Backend, tensor: str, actual, ref: to
                "" if passed else "above threshold")
 
 
+def upstream_grads(config: CheckConfig, refs: dict[str, torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """Random fp64 gradients for the outputs in `refs` (o, then final_state), each rounded to the dtype of the
+    output it flows into (o: the config's dtype, final_state: fp32): the oracle and the backend see the same values,
+    so rounding the caller's gradient is not counted as the backend's error."""
+    gen = torch.Generator(device=device).manual_seed(_UPSTREAM_SEED)
+    return [torch.randn(r.shape, generator=gen, dtype=torch.float64, device=device)
+            .to(config.torch_dtype if name == "o" else torch.float32).double() for name, r in refs.items()]
+
+
 def check_config(config: CheckConfig, backends: list[Backend], device: torch.device, *,
                  backward: bool = True) -> list[Row]:
     """Rows for `config` on each backend: o (and final_state when output), then with `backward` the gradient of
@@ -165,8 +176,7 @@ def check_config(config: CheckConfig, backends: list[Backend], device: torch.dev
     refs = {"o": o_ref} | ({"final_state": ht_ref} if ht_ref is not None else {})
     upstream = None
     if backward:
-        gen = torch.Generator(device=device).manual_seed(_UPSTREAM_SEED)
-        upstream = [torch.randn(r.shape, generator=gen, dtype=torch.float64, device=device) for r in refs.values()]
+        upstream = upstream_grads(config, refs, device)
         ref_grads = torch.autograd.grad(list(refs.values()), [ref_kwargs[n] for n in grad_inputs], upstream,
                                         allow_unused=True)
         for n, gr in zip(grad_inputs, ref_grads, strict=True):
