@@ -8,13 +8,18 @@
 2. Timings, `triton.testing.do_bench` medians, bf16, K = V = 128, Kimi flags (lower_bound -5, safe_gate), for
    B1 H8 T65536, B8 H32 T2048, B1 H16 T32768 and varlen [131072 + 16 x 1024] H8: the whole chunk_kda call, forward
    (no_grad) and forward + backward (grads of q, k, v, g, beta), serial (TRITON_KDA_INTRACARD_CP=0) vs auto, with
-   the planner's choice; then the state stage alone (state_fwd, state_bwd) and a piece-length sweep at the first.
-   Rows not started within --budget-s are left out.
+   the planner's choice; then at the first shape the intra stage alone (the chunk-parallel part that CP does not
+   change: serial forward / intra forward bounds what any state path can give), the state stage alone (state_fwd,
+   state_bwd) and a piece-length sweep.
+3. fla beside ours (when fla is installed), at B1 H8 T65536 (as one varlen sequence) and the varlen batch: forward
+   under torch.inference_mode with FLA_INTRACARD_CP=0 and =1 (fla's CP takes only inference-mode varlen calls), and
+   fwd+bwd. Rows not started within --budget-s are left out.
 Writes cp_check.md under --out (default $OUT) after every row and prints it at the end.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -37,6 +42,7 @@ SHAPES = (
     ("varlen-131072+16x1024-H8", 1, 131072 + 16 * 1024, 8, (131072,) + (1024,) * 16),
 )
 SWEEP_PIECE_CHUNKS = (16, 32, 64, 128)
+FLA_SHAPES = ("B1-H8-T65536", "varlen-131072+16x1024-H8")
 
 
 @contextmanager
@@ -166,7 +172,8 @@ def plan_text(B, T, H, seqlens) -> str:
     return f"{p.N} pieces of {int(p.chunk_offsets[1] - p.chunk_offsets[0])} chunks"
 
 
-def whole_call_rows(name, B, T, H, seqlens, rows: list) -> None:
+def whole_call_rows(name, B, T, H, seqlens, rows: list) -> dict[str, tuple[float, float]]:
+    """Whole-call rows, serial vs auto, forward and fwd+bwd; returns {mode: (serial ms, auto ms)}."""
     d = make(B, T, H, seqlens, torch.bfloat16, grad=True)
     leaves = [d[n] for n in LEAVES]
     do = torch.randn(B, T, H, 128, device="cuda", dtype=torch.bfloat16)
@@ -183,6 +190,7 @@ def whole_call_rows(name, B, T, H, seqlens, rows: list) -> None:
         o, _ = chunk_kda(**d, chunk_size=BT)
         torch.autograd.grad(o, leaves, do)
 
+    times = {}
     for mode, fn in (("fwd", fwd), ("fwd+bwd", fwdbwd)):
         with cp_env("0"):
             t_serial = timer(fn)
@@ -190,19 +198,28 @@ def whole_call_rows(name, B, T, H, seqlens, rows: list) -> None:
             t_cp = timer(fn)
             plan = plan_text(B, T, H, seqlens)
         rows.append([name, "whole call", mode, plan, f"{t_serial:.3f}", f"{t_cp:.3f}", f"{t_serial / t_cp:.2f}"])
+        times[mode] = (t_serial, t_cp)
+    return times
 
 
-def state_rows(name, B, T, H, seqlens, rows: list, deadline: float) -> None:
-    """The state stage alone (forward as in inference, reverse as in training), serial vs auto, then a sweep."""
+def state_rows(name, B, T, H, seqlens, rows: list, deadline: float) -> float:
+    """The intra stage alone (no CP in it), then the state stage alone (forward as in inference, reverse as in
+    training), serial vs auto, then a sweep. Returns the intra stage's forward ms."""
     from triton_kda.chunk_fwd import intra_fwd, plan_chunks, state_fwd
     from triton_kda.state import state_bwd
 
     d = make(B, T, H, seqlens, torch.bfloat16)
     plan = plan_chunks(B, T, BT, torch.device("cuda"), d.get("cu_seqlens_cpu"))
     flat = {n: d[n].reshape(B * T, *d[n].shape[2:]).contiguous() for n in LEAVES}
-    intra = intra_fwd(flat["q"], flat["k"], flat["v"], flat["g"], flat["beta"], d["A_log"], d["dt_bias"],
-                      128 ** -0.5, plan, BT, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, lower_bound=-5.0,
-                      use_beta_sigmoid_in_kernel=True, allow_neg_eigval=False)
+
+    def run_intra():
+        return intra_fwd(flat["q"], flat["k"], flat["v"], flat["g"], flat["beta"], d["A_log"], d["dt_bias"],
+                         128 ** -0.5, plan, BT, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                         lower_bound=-5.0, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=False)
+
+    intra = run_intra()
+    t_intra = timer(run_intra)
+    rows.append([name, "intra stage", "intra fwd", "(no CP)", f"{t_intra:.3f}", f"{t_intra:.3f}", "1.00"])
     do = torch.randn(B * T, H, 128, device="cuda", dtype=torch.bfloat16)
     fns = {
         "state fwd": lambda: state_fwd(intra, None, plan, BT, 128, output_final_state=True, state_v_first=False,
@@ -219,11 +236,46 @@ def state_rows(name, B, T, H, seqlens, rows: list, deadline: float) -> None:
         rows.append([name, "state stage", stage, plan_s, f"{t_serial:.3f}", f"{t_cp:.3f}", f"{t_serial / t_cp:.2f}"])
         for L in SWEEP_PIECE_CHUNKS:
             if time.monotonic() > deadline:
-                return
+                return t_intra
             with cp_env("1", L):
                 t = timer(fn)
             rows.append([name, "state stage", stage, f"forced {L} chunks/piece", f"{t_serial:.3f}", f"{t:.3f}",
                          f"{t_serial / t:.2f}"])
+    return t_intra
+
+
+def fla_rows(name, B, T, H, seqlens, ours: dict[str, tuple[float, float]], rows: list) -> None:
+    """fla's forward (inference mode, one varlen batch, FLA_INTRACARD_CP=0 and =1) and fwd+bwd beside ours (auto)."""
+    from fla.ops.kda import chunk_kda as fla_chunk_kda
+
+    d = make(B, T, H, seqlens or (T,) * B, torch.bfloat16, grad=True)
+    d = d | {n: d[n].detach().reshape(1, B * T, *d[n].shape[2:]).requires_grad_(True) for n in LEAVES}
+    leaves = [d[n] for n in LEAVES]
+    do = torch.randn(1, B * T, H, 128, device="cuda", dtype=torch.bfloat16)
+
+    def fwd():
+        with torch.inference_mode():
+            fla_chunk_kda(**d, chunk_size=BT)
+
+    def fwdbwd():
+        o, _ = fla_chunk_kda(**d, chunk_size=BT)
+        torch.autograd.grad(o, leaves, do)
+
+    def row(mode, label, t, mine):
+        rows.append([name, mode, label, f"{t:.3f}", f"{mine:.3f}", f"{t / mine:.2f}"])
+
+    old = os.environ.get("FLA_INTRACARD_CP")
+    try:
+        for cp in ("0", "1"):
+            os.environ["FLA_INTRACARD_CP"] = cp
+            row("fwd (inference)", "fla, FLA_INTRACARD_CP=" + cp, timer(fwd), ours["fwd"][1])
+        os.environ["FLA_INTRACARD_CP"] = "0"
+        row("fwd+bwd", "fla", timer(fwdbwd), ours["fwd+bwd"][1])
+    finally:
+        if old is None:
+            os.environ.pop("FLA_INTRACARD_CP", None)
+        else:
+            os.environ["FLA_INTRACARD_CP"] = old
 
 
 def table(headers, body) -> str:
@@ -231,7 +283,7 @@ def table(headers, body) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
 
 
-def write(path: Path, check_rows, time_rows, notes) -> str:
+def write(path: Path, check_rows, time_rows, fla_time_rows, notes) -> str:
     import triton
 
     import triton_kda
@@ -249,6 +301,8 @@ def write(path: Path, check_rows, time_rows, notes) -> str:
                "status"], check_rows),
         "## Timings (ms)",
         table(["shape", "what", "mode", "plan (auto)", "serial ms", "CP ms", "speed-up"], time_rows),
+        "## fla beside ours (ms; ours = auto)",
+        table(["shape", "mode", "fla", "fla ms", "ours ms", "ours vs it"], fla_time_rows),
         *notes,
     ]) + "\n"
     path.write_text(text)
@@ -265,31 +319,38 @@ def main(argv=None) -> int:
         return 2
     deadline = time.monotonic() + args.budget_s
     out = Path(args.out) / "cp_check.md"
-    check_rows, time_rows, notes = [], [], []
+    check_rows, time_rows, fla_time_rows, notes = [], [], [], []
     t0 = time.monotonic()
     try:
         ok = checks(check_rows)
     except Exception:  # one device call: report the failure and still time what runs
         ok = False
         notes.append("checks raised:\n```\n" + traceback.format_exc()[-3000:] + "```")
-    write(out, check_rows, time_rows, notes)
+    write(out, check_rows, time_rows, fla_time_rows, notes)
     print(f"checks {'passed' if ok else 'FAILED'} in {time.monotonic() - t0:.0f} s", flush=True)
+    has_fla = importlib.util.find_spec("fla") is not None
     for i, (name, B, T, H, seqlens) in enumerate(SHAPES):
         if time.monotonic() > deadline:
             notes.append(f"{name}: not timed (budget spent)")
             continue
         t0 = time.monotonic()
         try:
-            whole_call_rows(name, B, T, H, seqlens, time_rows)
+            times = whole_call_rows(name, B, T, H, seqlens, time_rows)
             if i == 0:
-                state_rows(name, B, T, H, seqlens, time_rows, deadline)
+                t_intra = state_rows(name, B, T, H, seqlens, time_rows, deadline)
+                t_serial = times["fwd"][0]
+                notes.append(f"{name}: the intra stage alone takes {t_intra:.3f} ms of the serial forward's "
+                             f"{t_serial:.3f} ms, so no state path can make the forward more than "
+                             f"{t_serial / t_intra:.2f}x faster than serial (Amdahl).")
+            if has_fla and name in FLA_SHAPES and time.monotonic() < deadline:
+                fla_rows(name, B, T, H, seqlens, times, fla_time_rows)
         except Exception:
             ok = False
             notes.append(f"{name} raised:\n```\n" + traceback.format_exc()[-3000:] + "```")
-        write(out, check_rows, time_rows, notes)
+        write(out, check_rows, time_rows, fla_time_rows, notes)
         print(f"{name}: {time.monotonic() - t0:.0f} s", flush=True)
         torch.cuda.empty_cache()
-    print(write(out, check_rows, time_rows, notes))
+    print(write(out, check_rows, time_rows, fla_time_rows, notes))
     return 0 if ok else 1
 
 
