@@ -48,7 +48,8 @@ def grads(fn, kwargs: dict, upstream: list, dtype) -> dict:
     names = [n for n in GRAD_NAMES if isinstance(kwargs.get(n), torch.Tensor) and kwargs[n].is_floating_point()]
     leaves = {n: kwargs[n].detach().to(dtype or kwargs[n].dtype).requires_grad_(True) for n in names}
     o, ht = fn(**(kwargs | leaves))
-    gs = torch.autograd.grad([o, ht], [leaves[n] for n in names], [u.to(t.dtype) for u, t in zip(upstream, (o, ht), strict=True)])
+    cots = [u.to(t.dtype) for u, t in zip(upstream, (o, ht), strict=True)]
+    gs = torch.autograd.grad([o, ht], [leaves[n] for n in names], cots)
     return {GRAD_NAMES[n]: g for n, g in zip(names, gs, strict=True)}
 
 
