@@ -1,11 +1,11 @@
 """Where the bf16 dA_log error of kda-check's B2-T777-H4 softplus-gate configuration comes from (one GPU call).
 
-    python3 docs/benchmarks/scripts/dalog_precision.py [--seeds 6] [--no-fla] [--no-timing]
+    python3 docs/benchmarks/scripts/dalog_precision.py [--seeds 6] [--fp32 h dh h/dh] [--no-fla] [--no-timing]
 
 For several seeds of that configuration's inputs (kda-check draws seed 0), the relative RMSE against the fp64 oracle of
-dA_log, ddt_bias, dg, dq and dk for: ours as shipped, ours with the backward's states h and dh kept in fp32
-(`grad_state_dtype` patched), and fla. Then the cost of fp32 states: fwd+bwd time and peak memory at B2 T8192 H32
-(Kimi flags) for both.
+dA_log, ddt_bias, dg, dq and dk for: ours as shipped, ours with the backward's recomputed states h and/or their
+gradients dh kept in fp32 (`grad_state_dtype` patched), and fla. Then the cost of fp32 states: fwd+bwd time and peak
+memory at B2 T8192 H32 (Kimi flags) for each variant.
 """
 from __future__ import annotations
 
@@ -27,10 +27,14 @@ SHOWN = ("dA_log", "ddt_bias", "dg", "dq", "dk")
 
 
 @contextlib.contextmanager
-def fp32_states(on: bool):
+def fp32_states(which: str):
+    """which: "" (as shipped), "h" (the recomputed states h in fp32), "dh" (their gradients), "h/dh" (both)."""
     saved = chunk.grad_state_dtype, state.grad_state_dtype
-    if on:
-        chunk.grad_state_dtype = state.grad_state_dtype = lambda dtype: torch.float32
+    fp32 = lambda dtype: torch.float32  # noqa: E731
+    if "h" in which.split("/"):
+        chunk.grad_state_dtype = fp32
+    if "dh" in which.split("/"):
+        state.grad_state_dtype = fp32
     try:
         yield
     finally:
@@ -54,10 +58,10 @@ def grads(fn, kwargs: dict, upstream: list, dtype) -> dict:
 
 
 def errors(args) -> None:
-    impls = {"ours": (chunk_kda, False), "ours, fp32 h/dh": (chunk_kda, True)}
+    impls = {"ours": (chunk_kda, "")} | {f"ours, fp32 {w}": (chunk_kda, w) for w in args.fp32}
     if not args.no_fla and importlib.util.find_spec("fla") is not None:
         from fla.ops.kda import chunk_kda as fla_chunk_kda
-        impls["fla"] = (fla_chunk_kda, False)
+        impls["fla"] = (fla_chunk_kda, "")
     print(f"{CONFIG.id}: relative RMSE vs the fp64 oracle")
     print(f"{'seed':>4}  {'impl':<16}" + "".join(f"{n:>10}" for n in SHOWN))
     worst = {name: {n: 0.0 for n in SHOWN} for name in impls}
@@ -67,8 +71,8 @@ def errors(args) -> None:
                                  for k, v in kw.items()})
         up = upstream_grads(CONFIG, {"o": o, "final_state": ht}, torch.device("cuda"))
         ref = grads(kda_recurrent, kw, up, torch.float64)
-        for name, (fn, f32) in impls.items():
-            with fp32_states(f32):
+        for name, (fn, which) in impls.items():
+            with fp32_states(which):
                 got = grads(fn, kw, up, None)
             errs = {n: float(rel_rmse(got[n], ref[n])) for n in SHOWN}
             for n in SHOWN:
@@ -78,7 +82,7 @@ def errors(args) -> None:
         print(f"{'max':>4}  {name:<16}" + "".join(f"{w[n]:>10.2e}" for n in SHOWN))
 
 
-def timing() -> None:
+def timing(variants: list[str]) -> None:
     from triton.testing import do_bench
 
     kw = make_inputs(2, 8192, 32, 32, 128, 128, dtype=torch.bfloat16, device="cuda", gate="raw",
@@ -92,13 +96,13 @@ def timing() -> None:
         o, _ = chunk_kda(**(kw | leaves))
         torch.autograd.grad(o, list(leaves.values()), do)
 
-    for f32 in (False, True):
-        with fp32_states(f32):
+    for which in ["", *variants]:
+        with fp32_states(which):
             fwdbwd()
             torch.cuda.reset_peak_memory_stats()
             ms = do_bench(fwdbwd, warmup=50, rep=500, return_mode="median")
             peak = torch.cuda.max_memory_allocated() / 2**30
-        print(f"B2-T8192-H32 kimi fwd+bwd, {'fp32' if f32 else 'bf16'} h/dh: {ms:.3f} ms, peak {peak:.2f} GiB")
+        print(f"B2-T8192-H32 kimi fwd+bwd, fp32 {which or 'none'}: {ms:.3f} ms, peak {peak:.2f} GiB")
 
 
 def main() -> None:
@@ -106,10 +110,12 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=6)
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--fp32", nargs="*", default=["h/dh"], choices=["h", "dh", "h/dh"],
+                    help="variants with these backward states in fp32 (default: h/dh)")
     args = ap.parse_args()
     errors(args)
     if not args.no_timing:
-        timing()
+        timing(args.fp32)
 
 
 if __name__ == "__main__":
