@@ -46,16 +46,15 @@ FLA_SHAPES = ("B1-H8-T65536", "varlen-131072+16x1024-H8")
 
 
 @contextmanager
-def cp_env(mode: str, piece_chunks: int | None = None):
-    """Set TRITON_KDA_INTRACARD_CP (and _CHUNKS) for the block."""
-    from triton_kda.state_cp import ENV_MODE, ENV_PIECE_CHUNKS
-
-    old = {k: os.environ.get(k) for k in (ENV_MODE, ENV_PIECE_CHUNKS)}
-    os.environ[ENV_MODE] = mode
-    os.environ.pop(ENV_PIECE_CHUNKS, None)
-    if piece_chunks:
-        os.environ[ENV_PIECE_CHUNKS] = str(piece_chunks)
+def env_vars(values: dict[str, str | None]):
+    """Set (None: unset) the environment variables in `values` for the block, then restore them."""
+    old = {k: os.environ.get(k) for k in values}
     try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         yield
     finally:
         for k, v in old.items():
@@ -63,6 +62,28 @@ def cp_env(mode: str, piece_chunks: int | None = None):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def cp_env(mode: str, piece_chunks: int | None = None):
+    """Set TRITON_KDA_INTRACARD_CP (and _CHUNKS) for the block."""
+    from triton_kda.state_cp import ENV_MODE, ENV_PIECE_CHUNKS
+
+    return env_vars({ENV_MODE: mode, ENV_PIECE_CHUNKS: str(piece_chunks) if piece_chunks else None})
+
+
+def call_fns(chunk_kda, d: dict, do: torch.Tensor, fwd_mode=torch.no_grad):
+    """(fwd, fwdbwd): one `chunk_kda(**d)` call under `fwd_mode`, and one with the gradients of its LEAVES for `do`."""
+    leaves = [d[n] for n in LEAVES]
+
+    def fwd():
+        with fwd_mode():
+            chunk_kda(**d, chunk_size=BT)
+
+    def fwdbwd():
+        o, _ = chunk_kda(**d, chunk_size=BT)
+        torch.autograd.grad(o, leaves, do)
+
+    return fwd, fwdbwd
 
 
 def make(B, T, H, seqlens, dtype, *, lower_bound=-5.0, state=False, grad=False, seed=0) -> dict:
@@ -174,22 +195,10 @@ def plan_text(B, T, H, seqlens) -> str:
 
 def whole_call_rows(name, B, T, H, seqlens, rows: list) -> dict[str, tuple[float, float]]:
     """Whole-call rows, serial vs auto, forward and fwd+bwd; returns {mode: (serial ms, auto ms)}."""
+    from triton_kda import chunk_kda
+
     d = make(B, T, H, seqlens, torch.bfloat16, grad=True)
-    leaves = [d[n] for n in LEAVES]
-    do = torch.randn(B, T, H, 128, device="cuda", dtype=torch.bfloat16)
-
-    def fwd():
-        from triton_kda import chunk_kda
-
-        with torch.no_grad():
-            chunk_kda(**d, chunk_size=BT)
-
-    def fwdbwd():
-        from triton_kda import chunk_kda
-
-        o, _ = chunk_kda(**d, chunk_size=BT)
-        torch.autograd.grad(o, leaves, do)
-
+    fwd, fwdbwd = call_fns(chunk_kda, d, torch.randn(B, T, H, 128, device="cuda", dtype=torch.bfloat16))
     times = {}
     for mode, fn in (("fwd", fwd), ("fwd+bwd", fwdbwd)):
         with cp_env("0"):
@@ -250,35 +259,20 @@ def fla_rows(name, B, T, H, seqlens, ours: dict[str, tuple[float, float]], rows:
 
     d = make(B, T, H, seqlens or (T,) * B, torch.bfloat16, grad=True)
     d = d | {n: d[n].detach().reshape(1, B * T, *d[n].shape[2:]).requires_grad_(True) for n in LEAVES}
-    leaves = [d[n] for n in LEAVES]
-    do = torch.randn(1, B * T, H, 128, device="cuda", dtype=torch.bfloat16)
-
-    def fwd():
-        with torch.inference_mode():
-            fla_chunk_kda(**d, chunk_size=BT)
-
-    def fwdbwd():
-        o, _ = fla_chunk_kda(**d, chunk_size=BT)
-        torch.autograd.grad(o, leaves, do)
+    fwd, fwdbwd = call_fns(fla_chunk_kda, d, torch.randn(1, B * T, H, 128, device="cuda", dtype=torch.bfloat16),
+                           fwd_mode=torch.inference_mode)
 
     def row(mode, label, t, mine):
         rows.append([name, mode, label, f"{t:.3f}", f"{mine:.3f}", f"{t / mine:.2f}"])
 
-    old = os.environ.get("FLA_INTRACARD_CP")
-    try:
-        # fwd+bwd first: fla caches tensors derived from cu_seqlens, and ones made under inference_mode cannot be
-        # saved for a backward later
-        os.environ["FLA_INTRACARD_CP"] = "0"
+    # fwd+bwd first: fla caches tensors derived from cu_seqlens, and ones made under inference_mode cannot be saved
+    # for a backward later
+    with env_vars({"FLA_INTRACARD_CP": "0"}):
         fwdbwd_ms = timer(fwdbwd)
-        for cp in ("0", "1"):
-            os.environ["FLA_INTRACARD_CP"] = cp
+    for cp in ("0", "1"):
+        with env_vars({"FLA_INTRACARD_CP": cp}):
             row("fwd (inference)", "fla, FLA_INTRACARD_CP=" + cp, timer(fwd), ours["fwd"][1])
-        row("fwd+bwd", "fla", fwdbwd_ms, ours["fwd+bwd"][1])
-    finally:
-        if old is None:
-            os.environ.pop("FLA_INTRACARD_CP", None)
-        else:
-            os.environ["FLA_INTRACARD_CP"] = old
+    row("fwd+bwd", "fla", fwdbwd_ms, ours["fwd+bwd"][1])
 
 
 def table(headers, body) -> str:
