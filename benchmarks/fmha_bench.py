@@ -79,6 +79,12 @@ CHECK_CASES = [
     Case("fused-decode-B8-S8192-HQ128-D512-W128-topk512", "fused", 8, 1, 8192, 128, 512, window=128, topk=512,
          S_C=2048),
     Case("varlen-window128-D256", "dense", 1, 1500, 1500, 16, 256, window=128, seqlens=(300, 1, 0, 1199)),
+    Case("window128-online-B1-T2048-HQ64-D512", "dense", 1, 2048, 2048, 64, 512, window=128,
+         config=(64, 64, None, 8, 2)),
+    Case("window128-decode-B4-S8192-HQ64-D512-kvlens", "dense", 4, 1, 8192, 64, 512, window=128,
+         kv_lens=(8192, 100, 1, 0)),
+    Case("window128-block256-B1-T2048-HQ32-HKV4-D128", "dense", 1, 2048, 2048, 32, 128, HKV=4, window=128,
+         config=("window", 64, 64, 64, 4, 3)),
     Case("merge-halves-decode-B4-S8192-HQ64-D512", "merge", 4, 1, 8192, 64, 512),
 ]
 
@@ -114,11 +120,19 @@ def _make(case: Case, device: str = "cuda", seed: int = 0) -> dict:
     return out
 
 
+def make_config(t: tuple):
+    """A case's launch tuple: ("window", bm, bd, bdv, warps, stages) is a WindowConfig (single-block window kernel),
+    (bm, bn, bdv, warps, stages) an FmhaConfig (online-softmax kernel)."""
+    from triton_kda.fmha import FmhaConfig, WindowConfig
+
+    return WindowConfig(*t[1:]) if t[0] == "window" else FmhaConfig(*t)
+
+
 def run_case(case: Case, inputs: dict, check_inputs: bool = True):
     """The kernel call of a case; returns FmhaOutput. Timings pass check_inputs=False (no host sync)."""
-    from triton_kda.fmha import FmhaConfig, fmha_fwd, fmha_merge, fmha_swa_compressed
+    from triton_kda.fmha import fmha_fwd, fmha_merge, fmha_swa_compressed
 
-    cfg = FmhaConfig(*case.config) if case.config else None
+    cfg = make_config(case.config) if case.config else None
     x = inputs
     common = dict(sinks=x.get("sinks"), config=cfg, check_inputs=check_inputs)
     if case.mode == "fused":
@@ -193,11 +207,15 @@ class Bench:
     sweep: tuple = field(default=())
 
 
-# Alternative launch configs (block_m, block_n, block_dv, warps, stages) timed with --sweep beside the default.
+# Alternative launch configs timed with --sweep beside the default: (block_m, block_n, block_dv, warps, stages) for
+# the online-softmax kernel, ("window", block_m, block_d, block_dv, warps, stages) for the single-block window kernel.
 SWEEP_D512_LONG = ((64, 16, 256, 4, 2), (128, 32, 256, 8, 2))
-SWEEP_D512_WINDOW = ((64, 16, 256, 4, 2), (64, 16, 128, 4, 2))
+SWEEP_D512_WINDOW = ((64, 64, None, 8, 2), ("window", 64, 64, 128, 4, 3), ("window", 64, 128, 64, 4, 2),
+                     ("window", 64, 32, 64, 4, 4), ("window", 64, 64, 64, 4, 2), ("window", 64, 64, 64, 8, 3))
 SWEEP_D128 = ((128, 64, None, 8, 3), (64, 128, None, 4, 3), (64, 64, None, 4, 4))
-SWEEP_D128_WINDOW = ((128, 64, None, 8, 3), (128, 64, None, 4, 3))
+SWEEP_D128_WINDOW = ((64, 64, None, 4, 3), (128, 64, None, 8, 3), ("window", 64, 128, 128, 4, 2),
+                     ("window", 64, 32, 64, 4, 4))
+SWEEP_GQA_WINDOW = (("window", 64, 64, 64, 4, 3), ("window", 64, 128, 128, 8, 2))
 SWEEP_DECODE = ((64, 16, 256, 4, 2), (64, 32, None, 8, 2))
 
 BENCHES = [
@@ -208,6 +226,8 @@ BENCHES = [
           SWEEP_D128),
     Bench(Case("prefill-B1-T8192-HQ64-D128-W128", "dense", 1, 8192, 8192, 64, 128, window=128), False,
           SWEEP_D128_WINDOW),
+    Bench(Case("prefill-B1-T8192-HQ64-HKV8-D128-W128", "dense", 1, 8192, 8192, 64, 128, HKV=8, window=128), False,
+          SWEEP_GQA_WINDOW),
     Bench(Case("prefill-B1-T8192-HQ64-D64-causal", "dense", 1, 8192, 8192, 64, 64, sinks=False), True),
     Bench(Case("prefill-B1-T8192-HQ64-D256-causal", "dense", 1, 8192, 8192, 64, 256, sinks=False), True),
     Bench(Case("prefill-fused-B1-T8192-HQ64-D512-W128-topk512", "fused", 1, 8192, 8192, 64, 512, window=128,
@@ -225,11 +245,15 @@ def resolved_config(case: Case) -> tuple:
     """The launch config a case runs with: its own, or the default table's pick on this device."""
     if case.config is not None:
         return tuple(case.config)
-    from triton_kda.fmha.configs import fmha_config
+    from triton_kda.fmha.configs import fmha_config, window_config
 
     G = case.HQ // (case.HKV or 1)
     T = None if case.seqlens is not None else case.T
-    cfg = fmha_config(case.D, G, T, case.mode in ("gather", "fused"), torch.device("cuda"))
+    dev = torch.device("cuda")
+    if case.mode == "dense" and case.window is not None and window_config(G, T, case.window, dev) is not None:
+        w = window_config(G, T, case.window, dev)
+        return ("window", w.block_m, w.block_d, w.block_dv, w.num_warps, w.num_stages)
+    cfg = fmha_config(case.D, G, T, case.mode in ("gather", "fused"), dev)
     return (cfg.block_m, cfg.block_n, cfg.block_dv, cfg.num_warps, cfg.num_stages)
 
 
@@ -339,7 +363,9 @@ def render(header: str, ceil: dict, results: list, rows: list, footer: str) -> s
     lines += ["", "## Timings (bf16, median ms of do_bench, check_inputs=False; TFLOP/s counts only attended "
               "(query head, key) pairs at 4*D FLOP each; GB/s counts compulsory bytes: q, o, each distinct kv row "
               "once)", "",
-              "| case | config (bm, bn, bdv, warps, stages) | ms | TFLOP/s | % matmul | GB/s | SDPA ms | ours / SDPA |",
+              "Config: (bm, bn, bdv, warps, stages) is the online-softmax kernel, ('window', bm, bd, bdv, warps, "
+              "stages) the single-block window kernel.", "",
+              "| case | config | ms | TFLOP/s | % matmul | GB/s | SDPA ms | ours / SDPA |",
               "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cfg = str(tuple(r["resolved"])) + (" default" if r["config"] is None else "")
@@ -361,6 +387,35 @@ def render(header: str, ceil: dict, results: list, rows: list, footer: str) -> s
 def _sdpa_ms(row: dict) -> float | None:
     got = [row[k] for k in ("sdpa_ms", "sdpa_expanded_ms") if k in row]
     return min(got) if got else None
+
+
+def kernel_resources() -> list[dict]:
+    """Registers, spills, shared memory, warps and stages of every FMHA kernel variant compiled in this process,
+    with its block sizes (what decides how many programs share an SM)."""
+    from triton_kda.fmha.fwd import _fmha_attn_fwd_kernel
+    from triton_kda.fmha.window import _fmha_window_fwd_kernel
+
+    rows = []
+    for fn in (_fmha_attn_fwd_kernel, _fmha_window_fwd_kernel):
+        for caches in getattr(fn, "device_caches", {}).values():  # none under the interpreter
+            for ck in caches[0].values():
+                ck._init_handles()
+                consts = {fn.arg_names[path[0]]: val for path, val in ck.src.constexprs.items()}
+                rows.append({"kernel": fn.__name__, "n_regs": ck.n_regs, "n_spills": ck.n_spills,
+                             "shared": ck.metadata.shared, "num_warps": ck.metadata.num_warps,
+                             "num_stages": ck.metadata.num_stages,
+                             "blocks": {k: v for k, v in consts.items() if k.startswith("BLOCK_") or k in ("D", "DV")}})
+    return rows
+
+
+def render_resources(rows: list[dict]) -> str:
+    lines = ["## Compiled kernels", "", "| kernel | blocks | warps | stages | registers | spills | shared KB |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["kernel"], sorted(r["blocks"].items()))):
+        blocks = ", ".join(f"{k}={v}" for k, v in sorted(r["blocks"].items()))
+        lines.append(f"| {r['kernel']} | {blocks} | {r['num_warps']} | {r['num_stages']} | {r['n_regs']} | "
+                     f"{r['n_spills']} | {r['shared'] / 1024:.0f} |")
+    return "\n".join(lines) + "\n"
 
 
 def summary(ceil: dict, results: list, rows: list) -> list[str]:
@@ -443,11 +498,13 @@ def main(argv=None) -> int:
         rows.append(row)
 
     dev = torch.cuda.get_device_name()
+    resources = kernel_resources()
     with open(os.path.join(args.out, "fmha_bench.json"), "w") as f:
-        json.dump({"device": dev, "ceilings": ceil, "checks": results, "timings": rows}, f, indent=1, default=str)
+        json.dump({"device": dev, "ceilings": ceil, "checks": results, "timings": rows, "kernels": resources}, f,
+                  indent=1, default=str)
     header = f"# FMHA on {dev} (torch {torch.__version__}, triton {triton.__version__})"
     footer = f"Compile + correctness phase {t_compile:.0f} s, total {time.time() - t_start:.0f} s."
-    text = render(header, ceil, results, rows, footer)
+    text = render(header, ceil, results, rows, footer) + "\n" + render_resources(resources)
     with open(os.path.join(args.out, "fmha_bench.md"), "w") as f:
         f.write(text)
     print(text)

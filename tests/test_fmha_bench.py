@@ -6,7 +6,20 @@ import dataclasses
 
 import pytest
 
-from benchmarks.fmha_bench import BENCHES, CHECK_CASES, Case, attended_pairs, check_case, flops, render, summary
+from benchmarks.fmha_bench import (
+    BENCHES,
+    CHECK_CASES,
+    Case,
+    attended_pairs,
+    check_case,
+    flops,
+    kernel_resources,
+    make_config,
+    render,
+    render_resources,
+    summary,
+)
+from triton_kda.fmha import FmhaConfig, WindowConfig
 
 
 def test_attended_pairs():
@@ -78,3 +91,12 @@ def test_render_and_summary_on_fake_rows():
     assert "= 1.11x (must be <= 1.3x)" in lines[1]
     assert "default (64, 64, None, 8, 2) 250 TFLOP/s = 31% of matmul" in lines[2]
     assert "best config (64, 32, None, 8, 3): 35%" in lines[2]
+
+
+def test_make_config_and_resources_table():
+    assert make_config(("window", 64, 64, 128, 4, 3)) == WindowConfig(64, 64, 128, 4, 3)
+    assert make_config((64, 64, None, 8, 2)) == FmhaConfig(64, 64, None, 8, 2)
+    assert kernel_resources() == []  # the interpreter compiles nothing
+    text = render_resources([{"kernel": "_fmha_window_fwd_kernel", "n_regs": 168, "n_spills": 0, "shared": 73728,
+                              "num_warps": 4, "num_stages": 3, "blocks": {"BLOCK_K": 128, "D": 512}}])
+    assert "| _fmha_window_fwd_kernel | BLOCK_K=128, D=512 | 4 | 3 | 168 | 0 | 72 |" in text

@@ -8,9 +8,10 @@ from typing import NamedTuple
 import torch
 import triton
 
-from triton_kda.fmha.configs import FmhaConfig, fmha_config, num_sms
+from triton_kda.fmha.configs import FmhaConfig, WindowConfig, fmha_config, num_sms, window_config
 from triton_kda.fmha.fwd import AttnProblem, KeySet, attn_fwd
 from triton_kda.fmha.merge import launch_merge
+from triton_kda.fmha.window import window_fits, window_fwd
 
 __all__ = ["FmhaOutput", "fmha_fwd", "fmha_merge", "fmha_swa_compressed"]
 
@@ -189,8 +190,8 @@ def _check_common(q: torch.Tensor, cu_seqlens, check: bool) -> torch.Tensor | No
 def _check_options(num_splits, config, partial) -> None:
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"`num_splits` must be None or an int >= 1, got {num_splits!r}")
-    if config is not None and not isinstance(config, FmhaConfig):
-        raise TypeError(f"`config` must be an FmhaConfig or None, got {type(config).__name__}")
+    if config is not None and not isinstance(config, (FmhaConfig, WindowConfig)):
+        raise TypeError(f"`config` must be an FmhaConfig, a WindowConfig or None, got {type(config).__name__}")
     if not isinstance(partial, bool):
         raise TypeError(f"`partial` must be a bool, got {type(partial).__name__}")
 
@@ -207,13 +208,25 @@ def _check_window(window, causal) -> int | None:
     return window
 
 
-def _run(p: AttnProblem, num_splits: int | None, config: FmhaConfig | None) -> FmhaOutput:
+def _run(p: AttnProblem, num_splits: int | None, config: FmhaConfig | WindowConfig | None) -> FmhaOutput:
     q = p.q
     B, T, HQ, D = q.shape
     keys = p.dense if p.dense is not None else p.gather
     G = HQ // keys.k.shape[2]
     gather = p.gather is not None
-    cfg = config or fmha_config(D, G, None if p.cu_seqlens is not None else T, gather, q.device)
+    T_seq = None if p.cu_seqlens is not None else T
+    if isinstance(config, WindowConfig):
+        fits, why = window_fits(p, config)
+        if not fits or num_splits not in (None, 1):
+            why = why or f"it splits no keys, got num_splits={num_splits}"
+            raise ValueError(f"`config` {config} selects the single-block window kernel, which cannot take this "
+                             f"call: {why}")
+        return FmhaOutput(*window_fwd(p, config))
+    if config is None and num_splits in (None, 1) and not gather and p.window is not None:
+        wcfg = window_config(G, T_seq, p.window, q.device)
+        if wcfg is not None:
+            return FmhaOutput(*window_fwd(p, wcfg))
+    cfg = config or fmha_config(D, G, T_seq, gather, q.device)
     if num_splits is None:
         num_splits = _default_splits(p, cfg, G)
     o, lse = attn_fwd(p, cfg, num_splits)
@@ -285,7 +298,9 @@ def fmha_fwd(
             `fmha_merge`.
         num_splits: split each query tile's keys over this many programs and combine them exactly (default: chosen
             from the GPU's size when the query tiles cannot fill it).
-        config: an `FmhaConfig` overriding the launch table.
+        config: an `FmhaConfig` (the online-softmax kernel) or a `WindowConfig` (the single-block window kernel)
+            overriding the launch table. By default a sliding window whose tile keys fit one block of 128 runs the
+            window kernel, everything else the online-softmax kernel.
         check_inputs: check the contents of cu_seqlens / kv_lens / topk_indices (one host sync); the kernel itself
             skips out-of-range indices either way.
 

@@ -11,6 +11,11 @@ Head dim 512: a `[block_m, 512]` fp32 accumulator does not fit one program's reg
 table either keeps the whole value dim in one program with `block_m = 64` over 8 warps (two warpgroups, each owning
 half of the value columns; Triton computes the scores in both) or splits the value dim across programs
 (`block_dv < DV`), each program recomputing the scores `q k^T` of its tile.
+
+Sliding windows whose keys fit one block (`WindowConfig`, window.py): when a tile's key span `window + block_t - 1`
+is at most `WINDOW_MAX_KEYS`, the scores of all its keys are one `[block_m, block_k]` product accumulated over
+`block_d`-column slices of q and k, the softmax is exact in one step, and the output is produced `block_dv` columns
+at a time and stored at once: no running accumulator, so D = 512 needs no value split and few registers.
 """
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["FmhaConfig", "fmha_config", "num_sms"]
+__all__ = ["WINDOW_MAX_KEYS", "FmhaConfig", "WindowConfig", "fmha_config", "num_sms", "window_config",
+           "window_keys", "window_tokens"]
 
 
 @dataclass(frozen=True)
@@ -40,18 +46,48 @@ class FmhaConfig:
     num_stages: int = 2
 
     def __post_init__(self):
-        for name in ("block_m", "block_n"):
-            val = getattr(self, name)
-            if not isinstance(val, int) or val < 16 or val & (val - 1):
-                raise ValueError(f"FmhaConfig.{name} must be a power of two >= 16, got {val!r}")
-        if self.block_dv is not None and (
-            not isinstance(self.block_dv, int) or self.block_dv < 16 or self.block_dv & (self.block_dv - 1)
-        ):
-            raise ValueError(f"FmhaConfig.block_dv must be None or a power of two >= 16, got {self.block_dv!r}")
-        if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"FmhaConfig.num_warps must be one of 1, 2, 4, 8, 16, got {self.num_warps!r}")
-        if not isinstance(self.num_stages, int) or self.num_stages < 1:
-            raise ValueError(f"FmhaConfig.num_stages must be an int >= 1, got {self.num_stages!r}")
+        _check_pow2("FmhaConfig", "block_m", self.block_m)
+        _check_pow2("FmhaConfig", "block_n", self.block_n)
+        _check_pow2("FmhaConfig", "block_dv", self.block_dv, allow_none=True)
+        _check_launch("FmhaConfig", self.num_warps, self.num_stages)
+
+
+def _check_pow2(owner: str, name: str, val, allow_none: bool = False) -> None:
+    if val is None and allow_none:
+        return
+    if isinstance(val, bool) or not isinstance(val, int) or val < 16 or val & (val - 1):
+        extra = "None or " if allow_none else ""
+        raise ValueError(f"{owner}.{name} must be {extra}a power of two >= 16, got {val!r}")
+
+
+def _check_launch(owner: str, num_warps, num_stages) -> None:
+    if num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"{owner}.num_warps must be one of 1, 2, 4, 8, 16, got {num_warps!r}")
+    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
+        raise ValueError(f"{owner}.num_stages must be an int >= 1, got {num_stages!r}")
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """One launch of the single-block sliding-window kernel (window.py).
+
+    block_m: rows of a tile (tokens x packed heads), a power of two >= 16.
+    block_d: columns of q and k per step of the score product (the head dim D is walked in these slices).
+    block_dv: value columns per step of the output product (each step's output slice is stored at once).
+    num_warps, num_stages: Triton's warps per program and software-pipelining depth of both loops.
+    The key block itself is sized from the call: the smallest power of two >= the tile's key span.
+    """
+
+    block_m: int
+    block_d: int
+    block_dv: int
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def __post_init__(self):
+        for name in ("block_m", "block_d", "block_dv"):
+            _check_pow2("WindowConfig", name, getattr(self, name))
+        _check_launch("WindowConfig", self.num_warps, self.num_stages)
 
 
 # (D bucket) -> config for Hopper-class parts (sm90, sm100: 227 KB of shared memory per block), from the H100
@@ -77,6 +113,16 @@ _GENERIC = {
     512: FmhaConfig(64, 32, 256, 4, 1),
 }
 _INTERPRETER = FmhaConfig(32, 16, None, 4, 1)
+
+# Single-block window kernel: one warpgroup per tile of 64 rows (MQA with 64+ query heads: one token per tile, so a
+# 128-key window is one block of 128 keys). Small slices keep shared memory low enough for several programs per SM.
+_SM90_WINDOW = WindowConfig(64, 64, 64, 4, 3)
+_GENERIC_WINDOW = WindowConfig(64, 64, 64, 4, 2)
+_INTERPRETER_WINDOW = WindowConfig(32, 16, 16, 4, 1)
+# Largest key block of the window kernel (its scores are a [block_m, block_k] fp32 tile in registers).
+WINDOW_MAX_KEYS = 256
+# Largest span the default picks the window kernel for; a 129-256 key span wastes up to half of the block.
+_WINDOW_DEFAULT_KEYS = 128
 
 
 def _interpreting() -> bool:
@@ -104,17 +150,59 @@ def _pow2_ceil(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
+def _device_major(device: torch.device) -> int | None:
+    """Compute-capability major of a CUDA device; None for the interpreter / CPU tensors."""
+    if device.type != "cuda" or _interpreting():
+        return None
+    return _capability(device.index if device.index is not None else torch.cuda.current_device())[0]
+
+
+def _tile_rows(block_m: int, rows: int) -> int:
+    return max(16, min(block_m, _pow2_ceil(rows)))
+
+
 def fmha_config(D: int, G: int, T: int | None, gather: bool, device: torch.device) -> FmhaConfig:
     """The default launch for head dim D (keys), group size G (query heads per kv head), T queries per sequence
     (None when unknown, e.g. varlen), on `device`. Gather mode and short T shrink `block_m` to the rows they fill."""
-    if device.type != "cuda" or _interpreting():
+    major = _device_major(device)
+    if major is None:
         cfg = _INTERPRETER
     else:
-        major, _ = _capability(device.index if device.index is not None else torch.cuda.current_device())
         table = (_SM90_GATHER if gather else _SM90_DENSE) if major in (9, 10) else _GENERIC
         cfg = table[min(512, max(64, _pow2_ceil(D)))]
     rows = G if gather else (G * T if T is not None else cfg.block_m)
-    block_m = max(16, min(cfg.block_m, _pow2_ceil(rows)))
+    block_m = _tile_rows(cfg.block_m, rows)
     if block_m == cfg.block_m:
         return cfg
     return FmhaConfig(block_m, cfg.block_n, cfg.block_dv, cfg.num_warps, cfg.num_stages)
+
+
+def window_tokens(block_m: int, G: int) -> int:
+    """Tokens per tile of the window kernel: the tile's rows are tokens x min(G, block_m) packed heads."""
+    return block_m // min(G, block_m)
+
+
+def window_keys(window: int, block_m: int, G: int, T: int | None) -> int:
+    """Key block of the window kernel: the smallest power of two (>= 16) holding a tile's key span, `window` plus
+    the tile's tokens (at most T of them when the queries per sequence are known) minus one."""
+    tokens = window_tokens(block_m, G)
+    if T is not None:
+        tokens = min(tokens, T)
+    return _pow2_ceil(max(16, window + tokens - 1))
+
+
+def window_config(G: int, T: int | None, window: int, device: torch.device) -> WindowConfig | None:
+    """The default launch of the single-block window kernel for group size G, T queries per sequence (None when
+    unknown) and a sliding window of `window` keys, or None when a tile's keys do not fit one block of
+    `_WINDOW_DEFAULT_KEYS` (the online-softmax kernel then runs)."""
+    major = _device_major(device)
+    if major is None:
+        cfg = _INTERPRETER_WINDOW
+    else:
+        cfg = _SM90_WINDOW if major in (9, 10) else _GENERIC_WINDOW
+    block_m = _tile_rows(cfg.block_m, G * T if T is not None else cfg.block_m)
+    if window_keys(window, block_m, G, T) > _WINDOW_DEFAULT_KEYS:
+        return None
+    if block_m == cfg.block_m:
+        return cfg
+    return WindowConfig(block_m, cfg.block_d, cfg.block_dv, cfg.num_warps, cfg.num_stages)

@@ -9,6 +9,7 @@ returned in natural-log units.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
@@ -105,6 +106,50 @@ def _fmha_gather_blocks(
 
 
 @triton.jit
+def fmha_tile(
+    pid_t, tile_seq_ptr, tile_tok_ptr, cu_q_ptr, T, HKV, G, N_SEQ,
+    HP: tl.constexpr, N_HG: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr, IS_VARLEN: tl.constexpr,
+):
+    """The query rows of program (pid_t, program_id(1)): its sequence (>= N_SEQ: a varlen grid's spare tile, the
+    program returns), batch index (int64), kv head, first token of the tile and first row of the sequence in q,
+    the sequence's query count, and per row (block_t tokens x HP packed heads) the token, query head, validity."""
+    pid_bh = tl.program_id(1)
+    hg = pid_bh % N_HG
+    kvh = (pid_bh // N_HG) % HKV
+    b = pid_bh // (N_HG * HKV)
+    if IS_VARLEN:
+        seq = tl.load(tile_seq_ptr + pid_t)
+        seq_c = tl.minimum(seq, N_SEQ - 1)
+        t0 = tl.load(tile_tok_ptr + pid_t)
+        bos = tl.load(cu_q_ptr + seq_c).to(tl.int64)
+        seq_t = (tl.load(cu_q_ptr + seq_c + 1) - bos).to(tl.int32)
+    else:
+        seq = b
+        t0 = pid_t * BLOCK_T
+        bos = 0
+        seq_t = T
+    offs_m = tl.arange(0, BLOCK_M)
+    tok = t0 + offs_m // HP
+    head = hg * HP + offs_m % HP
+    row_ok = (offs_m // HP < BLOCK_T) & (tok < seq_t) & (head < G)
+    return seq, b.to(tl.int64), kvh, t0, bos, seq_t, tok, kvh * G + head, row_ok
+
+
+@triton.jit
+def fmha_key_extent(cu_ptr, lens_ptr, seq, S, IS_VARLEN: tl.constexpr, HAS_LENS: tl.constexpr):
+    """(first row, valid rows) of sequence `seq`'s keys: its varlen offsets (or all S rows), capped by lens."""
+    if IS_VARLEN:
+        bos = tl.load(cu_ptr + seq).to(tl.int64)
+        n = (tl.load(cu_ptr + seq + 1) - bos).to(tl.int32)
+    else:
+        bos = 0
+        n = S
+    if HAS_LENS:
+        n = tl.load(lens_ptr + seq)
+    return bos, n
+
+
+@triton.jit
 def _fmha_attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, idx_ptr, o_ptr, lse_ptr, sink_ptr,
     cu_q_ptr, cu_k_ptr, cu_c_ptr, kv_lens_ptr, c_lens_ptr, tile_seq_ptr, tile_tok_ptr,
@@ -127,49 +172,20 @@ def _fmha_attn_fwd_kernel(
     pid_t = tl.program_id(0)
     if REVERSE:
         pid_t = tl.num_programs(0) - 1 - pid_t
-    pid_bh = tl.program_id(1)
+    seq, b64, kvh, t0, bos, seq_t, tok, qh, row_ok = fmha_tile(
+        pid_t, tile_seq_ptr, tile_tok_ptr, cu_q_ptr, T, HKV, G, N_SEQ, HP, N_HG, BLOCK_T, BLOCK_M, IS_VARLEN)
+    if seq >= N_SEQ:
+        return
     pid_s = tl.program_id(2)
-    hg = pid_bh % N_HG
-    kvh = (pid_bh // N_HG) % HKV
-    b = pid_bh // (N_HG * HKV)
     split = pid_s % NUM_SPLITS
     dv0 = (pid_s // NUM_SPLITS) * BLOCK_DV
+    if HAS_DENSE:
+        k_bos, kv_len = fmha_key_extent(cu_k_ptr, kv_lens_ptr, seq, S, IS_VARLEN, HAS_KV_LENS)
+    if HAS_GATHER:
+        c_bos, c_len = fmha_key_extent(cu_c_ptr, c_lens_ptr, seq, S_C, IS_VARLEN, HAS_C_LENS)
 
-    if IS_VARLEN:
-        seq = tl.load(tile_seq_ptr + pid_t)
-        if seq >= N_SEQ:
-            return
-        t0 = tl.load(tile_tok_ptr + pid_t)
-        bos = tl.load(cu_q_ptr + seq).to(tl.int64)
-        seq_t = (tl.load(cu_q_ptr + seq + 1) - bos).to(tl.int32)
-        if HAS_DENSE:
-            k_bos = tl.load(cu_k_ptr + seq).to(tl.int64)
-            kv_len = (tl.load(cu_k_ptr + seq + 1) - k_bos).to(tl.int32)
-        if HAS_GATHER:
-            c_bos = tl.load(cu_c_ptr + seq).to(tl.int64)
-            c_len = (tl.load(cu_c_ptr + seq + 1) - c_bos).to(tl.int32)
-    else:
-        seq = b
-        t0 = pid_t * BLOCK_T
-        bos = 0
-        seq_t = T
-        k_bos = 0
-        kv_len = S
-        c_bos = 0
-        c_len = S_C
-    if HAS_KV_LENS:
-        kv_len = tl.load(kv_lens_ptr + seq)
-    if HAS_C_LENS:
-        c_len = tl.load(c_lens_ptr + seq)
-    b64 = b.to(tl.int64)
-
-    offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    tok = t0 + offs_m // HP
-    head = hg * HP + offs_m % HP
-    row_ok = (offs_m // HP < BLOCK_T) & (tok < seq_t) & (head < G)
-    qh = kvh * G + head
     q_rows = b64 * stride_qb + (bos + tok).to(tl.int64) * stride_qt + qh * stride_qh
     q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
 
@@ -284,6 +300,31 @@ def _varlen_tiles(cu: torch.Tensor, block_t: int, n_upper: int) -> tuple[torch.T
     return seq.to(torch.int32), tok.to(torch.int32)
 
 
+class TileGrid(NamedTuple):
+    """Query tiles of `block_t` tokens: grid axis 0 and the batch factor of axis 1, the sequence count, and for
+    varlen the per-tile (sequence, first token) tables (None otherwise)."""
+
+    grid_t: int
+    grid_b: int
+    n_seq: int
+    tile_seq: torch.Tensor | None
+    tile_tok: torch.Tensor | None
+
+
+def tile_grid(p: AttnProblem, block_t: int) -> TileGrid:
+    B, T = p.q.shape[:2]
+    if p.cu_seqlens is None:
+        return TileGrid(triton.cdiv(T, block_t), B, B, None, None)
+    n_seq = p.cu_seqlens.numel() - 1
+    tile_seq, tile_tok = _varlen_tiles(p.cu_seqlens, block_t, triton.cdiv(T, block_t) + n_seq)
+    return TileGrid(tile_seq.numel(), 1, n_seq, tile_seq, tile_tok)
+
+
+def or_placeholder(t: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:
+    """An absent operand's pointer argument: never dereferenced (its constexpr switch is off)."""
+    return placeholder if t is None else t
+
+
 def attn_fwd(p: AttnProblem, cfg: FmhaConfig, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the kernel (and the split combine when `num_splits > 1`). Returns o `[B, T, HQ, DV]` (q's dtype; fp32
     in partial mode) and lse `[B, T, HQ]` fp32."""
@@ -306,17 +347,9 @@ def attn_fwd(p: AttnProblem, cfg: FmhaConfig, num_splits: int) -> tuple[torch.Te
     o_dtype = torch.float32 if write_partial else q.dtype
     o = torch.empty(num_splits, n_rows, DV, dtype=o_dtype, device=dev)
     lse = torch.empty(num_splits, n_rows, dtype=torch.float32, device=dev)
-    varlen = p.cu_seqlens is not None
-    if varlen:
-        n_seq = p.cu_seqlens.numel() - 1
-        tile_seq, tile_tok = _varlen_tiles(p.cu_seqlens, block_t, triton.cdiv(T, block_t) + n_seq)
-        grid_t, grid_b = tile_seq.numel(), 1
-    else:
-        n_seq = B
-        tile_seq = tile_tok = None
-        grid_t, grid_b = triton.cdiv(T, block_t), B
+    tg = tile_grid(p, block_t)
     dense, gth = p.dense, p.gather
-    # Absent operands get a placeholder pointer (never dereferenced: their constexpr switch is off) and zero strides.
+    # Absent operands get a placeholder pointer and zero strides.
     dk, dv_ = (dense.k, dense.v) if dense else (lse, lse)
     gk, gv = (gth.k, gth.v) if gth else (lse, lse)
     dk_s, dv_s = (dense.k.stride(), dense.v.stride()) if dense else ((0,) * 4, (0,) * 4)
@@ -324,28 +357,33 @@ def attn_fwd(p: AttnProblem, cfg: FmhaConfig, num_splits: int) -> tuple[torch.Te
     istr = (p.idx.stride(0), p.idx.stride(1)) if gather else (0, 0)
 
     def opt(t):
-        return lse if t is None else t
+        return or_placeholder(t, lse)
 
-    grid = (grid_t, grid_b * HKV * n_hg, num_splits * n_dv)
+    grid = (tg.grid_t, tg.grid_b * HKV * n_hg, num_splits * n_dv)
     _fmha_attn_fwd_kernel[grid](
         q, dk, dv_, gk, gv, opt(p.idx), o, lse, opt(p.sinks),
         opt(p.cu_seqlens), opt(dense.cu if dense else None), opt(gth.cu if gth else None),
-        opt(dense.lens if dense else None), opt(gth.lens if gth else None), opt(tile_seq), opt(tile_tok),
+        opt(dense.lens if dense else None), opt(gth.lens if gth else None), opt(tg.tile_seq), opt(tg.tile_tok),
         q.stride(0), q.stride(1), q.stride(2),
         dk_s[0], dk_s[2], dv_s[0], dv_s[2], gk_s[0], gk_s[2], gv_s[0], gv_s[2], *istr,
-        T, dense.k.shape[1] if dense else 0, gth.k.shape[1] if gth else 0, HQ, HKV, G, n_seq,
+        T, dense.k.shape[1] if dense else 0, gth.k.shape[1] if gth else 0, HQ, HKV, G, tg.n_seq,
         p.idx.shape[2] if gather else 0, p.window or 0, p.scale * LOG2E, n_rows,
         STRIDE_KS=dk_s[1], STRIDE_VS=dv_s[1], STRIDE_CS=gk_s[1], STRIDE_WS=gv_s[1],
         HP=hp, N_HG=n_hg, BLOCK_T=block_t, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, D=D, DV=DV, BLOCK_DV=block_dv,
         HAS_DENSE=dense is not None, CAUSAL=p.causal, HAS_WINDOW=p.window is not None, HAS_GATHER=gather,
         HAS_SINK=p.sinks is not None, HAS_KV_LENS=dense is not None and dense.lens is not None,
-        HAS_C_LENS=gather and gth.lens is not None, IS_VARLEN=varlen,
+        HAS_C_LENS=gather and gth.lens is not None, IS_VARLEN=p.cu_seqlens is not None,
         SAME_KV=dense is not None and dense.k is dense.v and block_dv == D,
         SAME_KV_C=gather and gth.k is gth.v and block_dv == D,
         NUM_SPLITS=num_splits, WRITE_PARTIAL=write_partial, REVERSE=bool(p.causal and dense is not None),
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        DOT_PRECISION=dot_precision(q.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if num_splits > 1:
         o, lse = merge_splits(o, lse, HQ, None if p.partial else p.sinks, torch.float32 if p.partial else q.dtype)
     return o.view(B, T, HQ, DV), lse.view(B, T, HQ)
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """tl.dot precision: IEEE products for fp32 inputs (the 1e-5 contract), the tensor-core default otherwise."""
+    return "ieee" if dtype == torch.float32 else "tf32"
