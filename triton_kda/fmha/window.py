@@ -2,8 +2,8 @@
 of `BLOCK_K` keys (the 128-token window of DeepSeek-V4-style layers with 64+ MQA heads: one token per tile).
 
 The softmax needs no running state: the scores of all the tile's keys are one `[BLOCK_M, BLOCK_K]` product,
-accumulated over `BLOCK_D`-column slices of q and k; the normalised probabilities then multiply the values
-`BLOCK_DV` columns at a time and each output slice is stored at once. Compared with the online-softmax kernel
+accumulated over `BLOCK_D`-column slices of q and k; the probabilities then multiply the values
+`BLOCK_DV` columns at a time (scaled by 1 / l in fp32) and each output slice is stored at once. Compared with the online-softmax kernel
 (fwd.py) this holds no `[BLOCK_M, DV]` accumulator, so head dim 512 needs neither a value split (which recomputes
 the scores) nor two warpgroups (whose layout computes the scores twice), and a program is small enough for several
 to share an SM and overlap one tile's loads with another's products. The key rows are read twice (once per product,
@@ -80,7 +80,9 @@ def _fmha_window_fwd_kernel(
         l_i += tl.math.exp2(sink - m_sub)
     has_keys = l_i > 0
     l_safe = tl.where(has_keys, l_i, 1.0)
-    p = (p * (1.0 / l_safe)[:, None]).to(v_ptr.dtype.element_ty)
+    # p keeps its row maximum at exactly 1 in q's dtype; the 1 / l scaling is applied to each fp32 output slice
+    p = p.to(v_ptr.dtype.element_ty)
+    inv_l = 1.0 / l_safe
     lse = tl.where(has_keys, (m_sub + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
 
     grow = (b64 * T + bos + tok) * HQ + qh
@@ -89,7 +91,7 @@ def _fmha_window_fwd_kernel(
     o_ptrs = o_ptr + grow[:, None] * DV + offs_dv[None, :]
     for c0 in range(0, DV, BLOCK_DV):
         vc = tl.load(v_ptrs + c0, mask=k_ok[:, None], other=0.0)
-        oc = tl.dot(p, vc, input_precision=DOT_PRECISION)
+        oc = tl.dot(p, vc, input_precision=DOT_PRECISION) * inv_l[:, None]
         tl.store(o_ptrs + c0, oc.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
     tl.store(lse_ptr + grow, lse, mask=row_ok)
 
