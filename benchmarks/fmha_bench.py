@@ -68,6 +68,7 @@ CHECK_CASES = [
     Case("window128-B1-T2048-HQ64-D512", "dense", 1, 2048, 2048, 64, 512, window=128),
     Case("window128-B2-T1024-HQ64-D128-fp16", "dense", 2, 1024, 1024, 64, 128, dtype="fp16", window=128),
     Case("causal-gqa-B1-T2048-HQ32-HKV4-D128", "dense", 1, 2048, 2048, 32, 128, HKV=4),
+    Case("causal-gqa-B1-T1024-HQ16-HKV2-D512", "dense", 1, 1024, 1024, 16, 512, HKV=2),
     Case("full-B2-T300-S8192-HQ8-D256", "dense", 2, 300, 8192, 8, 256, causal=False),
     Case("decode-B4-S8192-HQ64-D512-kvlens", "dense", 4, 1, 8192, 64, 512, kv_lens=(8192, 5000, 1, 7777)),
     Case("decode-B4-S8192-HQ128-D512-fp16", "dense", 4, 1, 8192, 128, 512, dtype="fp16"),
@@ -253,7 +254,8 @@ def resolved_config(case: Case) -> tuple:
     if case.mode == "dense" and case.window is not None and window_config(G, T, case.window, dev) is not None:
         w = window_config(G, T, case.window, dev)
         return ("window", w.block_m, w.block_d, w.block_dv, w.num_warps, w.num_stages)
-    cfg = fmha_config(case.D, G, T, case.mode in ("gather", "fused"), dev)
+    cfg = fmha_config(case.D, G, T, case.mode in ("gather", "fused"), dev, itemsize=case.torch_dtype.itemsize,
+                      same_kv=not case.HKV)
     return (cfg.block_m, cfg.block_n, cfg.block_dv, cfg.num_warps, cfg.num_stages)
 
 

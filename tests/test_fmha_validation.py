@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.utils import DEVICE
-from triton_kda.fmha import FmhaConfig, fmha_fwd, fmha_merge, fmha_swa_compressed
+from triton_kda.fmha import FmhaConfig, WindowConfig, fmha_fwd, fmha_merge, fmha_swa_compressed
 
 B, T, S, HQ, D = 2, 8, 12, 4, 64
 
@@ -159,3 +159,24 @@ def test_config_rejects(kw, message):
     with pytest.raises(ValueError) as info:
         FmhaConfig(**kw)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(block_m=64, block_d=24, block_dv=64), "WindowConfig.block_d must be a power of two >= 16, got 24"),
+        (dict(block_m=64, block_d=64, block_dv=8), "WindowConfig.block_dv must be a power of two >= 16, got 8"),
+        (dict(block_m=64, block_d=64, block_dv=64, num_warps=6), "WindowConfig.num_warps must be one of"),
+        (dict(block_m=64, block_d=64, block_dv=64, num_stages=True), "WindowConfig.num_stages must be an int >= 1"),
+    ],
+    ids=["block_d-24", "block_dv-8", "warps-6", "stages-bool"],
+)
+def test_window_config_rejects(kw, message):
+    with pytest.raises(ValueError) as info:
+        WindowConfig(**kw)
+    assert message in str(info.value)
+
+
+def test_config_type_is_checked():
+    with pytest.raises(TypeError, match="`config` must be an FmhaConfig, a WindowConfig or None, got tuple"):
+        fmha_fwd(_q(), _kv(), config=(64, 64))

@@ -9,8 +9,8 @@ import torch
 from reference.fmha import fmha_ref
 from tests.test_fmha_fwd import _check, _cosine, _gen, _randn, _sinks
 from tests.utils import DEVICE, assert_close
-from triton_kda.fmha import FmhaConfig, WindowConfig, fmha_fwd, fmha_swa_compressed
-from triton_kda.fmha.configs import window_config, window_keys
+from triton_kda.fmha import FmhaConfig, WindowConfig, configs, fmha_fwd, fmha_swa_compressed
+from triton_kda.fmha.configs import online_smem, window_config, window_keys
 
 WINDOW_CASES = [
     # B, T, S, HQ, HKV, D, DV, window, sinks, kv_lens, config
@@ -160,3 +160,17 @@ def _refused(**kw):
 def test_window_config_refuses_calls_it_cannot_take(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_hopper_table_fits_shared_memory(monkeypatch):
+    """On a Hopper-class GPU (faked here) the default launch fits 227 KB: the bf16 D = 512 entry as it is (192 KB,
+    Triton's own figure on the H100), fp32 and separate k / v at D = 512 shrunk to fit."""
+    monkeypatch.setattr(configs, "_device_major", lambda device: 9)
+    dev = torch.device("cuda")
+    bf16 = configs.fmha_config(512, 64, 8192, False, dev)
+    assert bf16 == FmhaConfig(64, 64, None, 8, 2) and online_smem(bf16, 512, 512, 2, True) == 192 * 1024
+    for itemsize, same_kv in ((4, True), (2, False), (4, False)):
+        cfg = configs.fmha_config(512, 4, 29, False, dev, itemsize=itemsize, same_kv=same_kv)
+        assert online_smem(cfg, 512, 512, itemsize, same_kv) <= 227 * 1024, (itemsize, same_kv, cfg)
+        assert cfg.block_m >= 16 and cfg.block_n >= 16
+    assert configs.fmha_config(128, 64, 8192, False, dev, itemsize=4) == FmhaConfig(64, 64, None, 4, 3)

@@ -226,7 +226,9 @@ def _run(p: AttnProblem, num_splits: int | None, config: FmhaConfig | WindowConf
         wcfg = window_config(G, T_seq, p.window, q.device)
         if wcfg is not None:
             return FmhaOutput(*window_fwd(p, wcfg))
-    cfg = config or fmha_config(D, G, T_seq, gather, q.device)
+    same_kv = all(ks.k is ks.v for ks in (p.dense, p.gather) if ks is not None)
+    cfg = config or fmha_config(D, G, T_seq, gather, q.device, DV=keys.v.shape[3], itemsize=q.element_size(),
+                                same_kv=same_kv)
     if num_splits is None:
         num_splits = _default_splits(p, cfg, G)
     o, lse = attn_fwd(p, cfg, num_splits)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -161,9 +161,41 @@ def _tile_rows(block_m: int, rows: int) -> int:
     return max(16, min(block_m, _pow2_ceil(rows)))
 
 
-def fmha_config(D: int, G: int, T: int | None, gather: bool, device: torch.device) -> FmhaConfig:
-    """The default launch for head dim D (keys), group size G (query heads per kv head), T queries per sequence
-    (None when unknown, e.g. varlen), on `device`. Gather mode and short T shrink `block_m` to the rows they fill."""
+# Shared memory a Hopper-class block may use (sm90 / sm100: 227 KB).
+_SM90_SMEM = 227 * 1024
+
+
+def online_smem(cfg: FmhaConfig, D: int, DV: int, itemsize: int, same_kv: bool) -> int:
+    """Shared memory of the online-softmax kernel (bytes): the q tile and `num_stages` buffered key blocks (and
+    value blocks unless k and v are one tensor). Matches Triton's allocation on the H100 (D = 512: 192 KB)."""
+    block_dv = min(DV, cfg.block_dv or DV)
+    per_key = D if same_kv and block_dv == D else D + block_dv
+    return itemsize * (cfg.num_stages * cfg.block_n * per_key + cfg.block_m * D)
+
+
+def fit_smem(cfg: FmhaConfig, D: int, DV: int, itemsize: int, same_kv: bool, budget: int) -> FmhaConfig:
+    """Shrink a table entry until `online_smem` fits `budget`: halve block_n (down to 16), then drop stages, then
+    halve block_m (fp32 inputs and separate k / v at large D need it)."""
+    while online_smem(cfg, D, DV, itemsize, same_kv) > budget:
+        if cfg.block_n > 16:
+            cfg = replace(cfg, block_n=cfg.block_n // 2)
+        elif cfg.num_stages > 1:
+            cfg = replace(cfg, num_stages=cfg.num_stages - 1)
+        elif cfg.block_m > 16:
+            cfg = replace(cfg, block_m=cfg.block_m // 2)
+        else:
+            break
+    return cfg
+
+
+def fmha_config(
+    D: int, G: int, T: int | None, gather: bool, device: torch.device, *, DV: int | None = None, itemsize: int = 2,
+    same_kv: bool = True,
+) -> FmhaConfig:
+    """The default launch for head dim D (keys; DV values, default D), group size G (query heads per kv head), T
+    queries per sequence (None when unknown, e.g. varlen), inputs of `itemsize` bytes, k and v one tensor or not,
+    on `device`. Gather mode and short T shrink `block_m` to the rows they fill; on Hopper-class GPUs the entry is
+    shrunk to fit shared memory (fp32, or separate k and v at D = 512)."""
     major = _device_major(device)
     if major is None:
         cfg = _INTERPRETER
@@ -171,10 +203,10 @@ def fmha_config(D: int, G: int, T: int | None, gather: bool, device: torch.devic
         table = (_SM90_GATHER if gather else _SM90_DENSE) if major in (9, 10) else _GENERIC
         cfg = table[min(512, max(64, _pow2_ceil(D)))]
     rows = G if gather else (G * T if T is not None else cfg.block_m)
-    block_m = _tile_rows(cfg.block_m, rows)
-    if block_m == cfg.block_m:
-        return cfg
-    return FmhaConfig(block_m, cfg.block_n, cfg.block_dv, cfg.num_warps, cfg.num_stages)
+    cfg = replace(cfg, block_m=_tile_rows(cfg.block_m, rows))
+    if major in (9, 10):
+        cfg = fit_smem(cfg, D, DV or D, itemsize, same_kv, _SM90_SMEM)
+    return cfg
 
 
 def window_tokens(block_m: int, G: int) -> int:

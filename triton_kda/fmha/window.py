@@ -2,8 +2,8 @@
 of `BLOCK_K` keys (the 128-token window of DeepSeek-V4-style layers with 64+ MQA heads: one token per tile).
 
 The softmax needs no running state: the scores of all the tile's keys are one `[BLOCK_M, BLOCK_K]` product,
-accumulated over `BLOCK_D`-column slices of q and k; the probabilities then multiply the values
-`BLOCK_DV` columns at a time (scaled by 1 / l in fp32) and each output slice is stored at once. Compared with the online-softmax kernel
+accumulated over `BLOCK_D`-column slices of q and k; the probabilities then multiply the values `BLOCK_DV` columns
+at a time (scaled by 1 / l in fp32) and each output slice is stored at once. Compared with the online-softmax kernel
 (fwd.py) this holds no `[BLOCK_M, DV]` accumulator, so head dim 512 needs neither a value split (which recomputes
 the scores) nor two warpgroups (whose layout computes the scores twice), and a program is small enough for several
 to share an SM and overlap one tile's loads with another's products. The key rows are read twice (once per product,
