@@ -178,7 +178,7 @@ def test_gate_cumsum_matches_chunk_oracle(params):
     plan = plan_chunks(B, T, chunk_size, d["g"].device, cu.cpu() if cu is not None else None)
     got = gate_cumsum(d["g"].detach().reshape(B * T, HV, K), d.get("A_log"), d.get("dt_bias"), plan, chunk_size,
                       gate=gate_mode(d["use_gate_in_kernel"], d.get("lower_bound")), lower_bound=d.get("lower_bound"),
-                      prec="ieee")
+                      prec="tf32x3")
     ref = kda_chunk(**{n: x.detach() if isinstance(x, torch.Tensor) else x for n, x in d.items()},
                     chunk_size=chunk_size)
     assert_close("G", got, ref.g_cumsum / math.log(2), 1e-6)

@@ -88,7 +88,9 @@ class StateOut(NamedTuple):
 
 
 def _precision(dtype: torch.dtype) -> str:
-    return "ieee" if dtype == torch.float32 else "tf32"
+    """`tl.dot` precision, also the kernels' fp32 switch: "tf32x3" (three TF32 tensor-core products, about fp32
+    accuracy) for fp32 inputs, "tf32" otherwise (16-bit operands ignore it; fp32 operands of 16-bit runs get TF32)."""
+    return "tf32x3" if dtype == torch.float32 else "tf32"
 
 
 def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, BT: int, *,

@@ -250,7 +250,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
     specs = []
     for K, V in ((64, 64), (128, 128), (256, 256)):
         for dname, (ty, is_bf16) in _DTYPES.items():
-            prec = "ieee" if dname == "fp32" else "tf32"
+            prec = "tf32x3" if dname == "fp32" else "tf32"
             for BT in (32, 64):
                 ic = intra_config(arch, K, V)
                 sig = {n: "*fp32" for n in ("gl", "rstd_q", "rstd_k", "beta_act")}
@@ -296,7 +296,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                                                  "dbeta_v")})
                 sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32"})
-                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, V_FIRST=False, VIA_STATE=prec == "ieee",
+                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, V_FIRST=False, VIA_STATE=prec == "tf32x3",
                           PREC=prec)
                 specs.append(CompileSpec(f"wy_bwd K{K} V{V} BT{BT} {dname}", _kda_wy_bwd_kernel, sig, ce,
                                          wc.num_warps, wc.num_stages))

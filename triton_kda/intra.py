@@ -210,7 +210,7 @@ def _kda_gate_cumsum_fwd_kernel(
     i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
     b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE, HAS_A_LOG,
-                       HAS_DT_BIAS, PREC == "ieee")
+                       HAS_DT_BIAS, PREC == "tf32x3")
     p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     tl.store(p_G, b_G, boundary_check=(0, 1))
 
@@ -276,7 +276,7 @@ def _kda_intra_fwd_kernel(
         b_q = b_qn.to(tl.float32)
         b_k = b_kn.to(tl.float32)
         b_G = _gate_cumsum_of(b_gn, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K, BK, GATE, HAS_A_LOG,
-                              HAS_DT_BIAS, PREC == "ieee")
+                              HAS_DT_BIAS, PREC == "tf32x3")
         p_qs = tl.advance(p_qs, (0, BK))
         p_ks = tl.advance(p_ks, (0, BK))
         b_qn = tl.load(p_qs, boundary_check=(0, 1))
@@ -327,7 +327,7 @@ def _kda_intra_fwd_kernel(
             e_L = tl.zeros((BT, BT), dtype=tl.float32)
             for i_k in range(NK):
                 b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
-                                   HAS_A_LOG, HAS_DT_BIAS, PREC == "ieee")
+                                   HAS_A_LOG, HAS_DT_BIAS, PREC == "tf32x3")
                 p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK),
                                         (1, 0))
                 p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK),
@@ -353,7 +353,7 @@ def _kda_intra_fwd_kernel(
     tl.store(p_A, b_Aqk.to(p_A.dtype.element_ty), boundary_check=(0, 1))
 
     # ---- (I + L)^-1 ---------------------------------------------------------------------------------------------
-    if PREC == "ieee":
+    if PREC == "tf32x3":
         b_X = _finite_or_zero(_block_inverse(b_L, BT, BC, PREC))
     else:
         b_X = _finite_or_zero(_block_inverse_doubling(b_L, BT, PREC))
@@ -417,7 +417,7 @@ def _kda_wy_fwd_kernel(
         p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
-                           HAS_A_LOG, HAS_DT_BIAS, PREC == "ieee")
+                           HAS_A_LOG, HAS_DT_BIAS, PREC == "tf32x3")
         b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
         tl.store(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_Gl, mask=o_k < K)
         b_eG = tl.exp2(b_G)
@@ -769,7 +769,7 @@ def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: flo
 def wy_bwd(k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int, *, state_v_first: bool,
            prec: str) -> WYBwdOut:
     """Launch `_kda_wy_bwd_kernel` on the (NT, HV) grid; shapes as in its docstring (contiguous, flattened). The
-    gradient of Akk goes through the state (VIA_STATE) for fp32 inputs (prec "ieee"), through v_new otherwise."""
+    gradient of Akk goes through the state (VIA_STATE) for fp32 inputs (prec "tf32x3"), through v_new otherwise."""
     TT, H, K = k.shape
     HV, V = v.shape[1], v.shape[2]
     cfg = wy_bwd_config(arch_of(k.device), K, V)
@@ -778,7 +778,7 @@ def wy_bwd(k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int,
                    dL=torch.empty(TT, HV, BT, **f32), dbeta=torch.empty(TT, HV, **f32))
     _kda_wy_bwd_kernel[(plan.NT, HV)](
         k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens, plan.chunk_indices,
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, VIA_STATE=prec == "ieee", PREC=prec,
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, VIA_STATE=prec == "tf32x3", PREC=prec,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
