@@ -165,7 +165,7 @@ def test_window_config_refuses_calls_it_cannot_take(call, match):
 def test_hopper_table_fits_shared_memory(monkeypatch):
     """On a Hopper-class GPU (faked here) the default launch fits 227 KB: the bf16 D = 512 entry as it is (192 KB,
     Triton's own figure on the H100), fp32 and separate k / v at D = 512 shrunk to fit."""
-    monkeypatch.setattr(configs, "_device_major", lambda device: 9)
+    monkeypatch.setattr(configs, "_device_arch", lambda device: 90)
     dev = torch.device("cuda")
     bf16 = configs.fmha_config(512, 64, 8192, False, dev)
     assert bf16 == FmhaConfig(64, 64, None, 8, 2) and online_smem(bf16, 512, 512, 2, True) == 192 * 1024
@@ -174,3 +174,16 @@ def test_hopper_table_fits_shared_memory(monkeypatch):
         assert online_smem(cfg, 512, 512, itemsize, same_kv) <= 227 * 1024, (itemsize, same_kv, cfg)
         assert cfg.block_m >= 16 and cfg.block_n >= 16
     assert configs.fmha_config(128, 64, 8192, False, dev, itemsize=4) == FmhaConfig(64, 64, None, 4, 3)
+
+
+@pytest.mark.parametrize("arch", [80, 86, 89, 90, 100, 120])
+def test_online_table_fits_every_arch(arch):
+    """Every default online-kernel launch fits the arch's shared memory by the estimate (kda-portability checks the
+    compiled kernels)."""
+    for D in (64, 128, 256, 512):
+        for itemsize in (2, 4):
+            for gather in (False, True):
+                for same_kv in (True, False):
+                    cfg = configs.arch_config(arch, D, 64, None if gather else 8192, gather, itemsize=itemsize,
+                                              same_kv=same_kv)
+                    assert online_smem(cfg, D, D, itemsize, same_kv) <= configs.smem_limit(arch), (D, itemsize, cfg)

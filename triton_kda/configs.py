@@ -235,7 +235,9 @@ _DTYPES = {"bf16": ("bf16", True), "fp16": ("fp16", False), "fp32": ("fp32", Fal
 
 
 def compile_specs(arch: int) -> list[CompileSpec]:
-    """Every (kernel, launch configuration) the dispatcher can pick on `arch`, for ahead-of-time compilation."""
+    """Every (kernel, launch configuration) the dispatcher can pick on `arch`, for ahead-of-time compilation (the
+    FMHA family's too)."""
+    from triton_kda.fmha.configs import fmha_compile_specs
     from triton_kda.intra import (
         _kda_gate_bwd_kernel,
         _kda_gate_cumsum_fwd_kernel,
@@ -326,7 +328,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
             sig = {"x": f"*{ty}", "dx_part": "*fp32", "dx": f"*{ty}", "TT": "i32"}
             ce = dict(H=4, G=2, K=K, BT=32, BK=_kpad(K, arch), USE_L2NORM=True)
             specs.append(CompileSpec(f"qk_bwd K{K} {dname}", _kda_qk_bwd_kernel, sig, ce, 4, 1))
-    return specs
+    return specs + fmha_compile_specs(arch)
 
 
 def _cp_specs(arch: int, K: int, V: int, BT: int, dname: str, ty: str, is_bf16: bool, prec: str) -> list[CompileSpec]:

@@ -150,19 +150,27 @@ def _pow2_ceil(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
-def _device_major(device: torch.device) -> int | None:
-    """Compute-capability major of a CUDA device; None for the interpreter / CPU tensors."""
+def _device_arch(device: torch.device) -> int | None:
+    """Compute capability of a CUDA device as 10 * major + minor (90 for sm_90); None for the interpreter / CPU."""
     if device.type != "cuda" or _interpreting():
         return None
-    return _capability(device.index if device.index is not None else torch.cuda.current_device())[0]
+    major, minor = _capability(device.index if device.index is not None else torch.cuda.current_device())
+    return 10 * major + minor
 
 
 def _tile_rows(block_m: int, rows: int) -> int:
     return max(16, min(block_m, _pow2_ceil(rows)))
 
 
-# Shared memory a Hopper-class block may use (sm90 / sm100: 227 KB).
-_SM90_SMEM = 227 * 1024
+def _hopper_class(arch: int) -> bool:
+    return arch // 10 in (9, 10)
+
+
+def smem_limit(arch: int) -> int:
+    """Shared memory one block may use on compute capability `arch` (bytes)."""
+    if _hopper_class(arch):
+        return 232448
+    return 166912 if arch == 80 else 101376
 
 
 def online_smem(cfg: FmhaConfig, D: int, DV: int, itemsize: int, same_kv: bool) -> int:
@@ -175,7 +183,7 @@ def online_smem(cfg: FmhaConfig, D: int, DV: int, itemsize: int, same_kv: bool) 
 
 def fit_smem(cfg: FmhaConfig, D: int, DV: int, itemsize: int, same_kv: bool, budget: int) -> FmhaConfig:
     """Shrink a table entry until `online_smem` fits `budget`: halve block_n (down to 16), then drop stages, then
-    halve block_m (fp32 inputs and separate k / v at large D need it)."""
+    halve block_m (fp32 inputs, separate k / v at large D and the smaller GPUs need it)."""
     while online_smem(cfg, D, DV, itemsize, same_kv) > budget:
         if cfg.block_n > 16:
             cfg = replace(cfg, block_n=cfg.block_n // 2)
@@ -188,25 +196,32 @@ def fit_smem(cfg: FmhaConfig, D: int, DV: int, itemsize: int, same_kv: bool, bud
     return cfg
 
 
+def arch_config(
+    arch: int, D: int, G: int, T: int | None, gather: bool, *, DV: int | None = None, itemsize: int = 2,
+    same_kv: bool = True,
+) -> FmhaConfig:
+    """The online-softmax kernel's launch on compute capability `arch` (see `fmha_config`), shrunk to fit the
+    arch's shared memory."""
+    table = (_SM90_GATHER if gather else _SM90_DENSE) if _hopper_class(arch) else _GENERIC
+    cfg = table[min(512, max(64, _pow2_ceil(D)))]
+    rows = G if gather else (G * T if T is not None else cfg.block_m)
+    cfg = replace(cfg, block_m=_tile_rows(cfg.block_m, rows))
+    return fit_smem(cfg, D, DV or D, itemsize, same_kv, smem_limit(arch))
+
+
 def fmha_config(
     D: int, G: int, T: int | None, gather: bool, device: torch.device, *, DV: int | None = None, itemsize: int = 2,
     same_kv: bool = True,
 ) -> FmhaConfig:
     """The default launch for head dim D (keys; DV values, default D), group size G (query heads per kv head), T
     queries per sequence (None when unknown, e.g. varlen), inputs of `itemsize` bytes, k and v one tensor or not,
-    on `device`. Gather mode and short T shrink `block_m` to the rows they fill; on Hopper-class GPUs the entry is
-    shrunk to fit shared memory (fp32, or separate k and v at D = 512)."""
-    major = _device_major(device)
-    if major is None:
-        cfg = _INTERPRETER
-    else:
-        table = (_SM90_GATHER if gather else _SM90_DENSE) if major in (9, 10) else _GENERIC
-        cfg = table[min(512, max(64, _pow2_ceil(D)))]
-    rows = G if gather else (G * T if T is not None else cfg.block_m)
-    cfg = replace(cfg, block_m=_tile_rows(cfg.block_m, rows))
-    if major in (9, 10):
-        cfg = fit_smem(cfg, D, DV or D, itemsize, same_kv, _SM90_SMEM)
-    return cfg
+    on `device`. Gather mode and short T shrink `block_m` to the rows they fill; the entry is then shrunk to fit the
+    GPU's shared memory (fp32, separate k and v at D = 512, the smaller GPUs)."""
+    arch = _device_arch(device)
+    if arch is None:
+        rows = G if gather else (G * T if T is not None else _INTERPRETER.block_m)
+        return replace(_INTERPRETER, block_m=_tile_rows(_INTERPRETER.block_m, rows))
+    return arch_config(arch, D, G, T, gather, DV=DV, itemsize=itemsize, same_kv=same_kv)
 
 
 def window_tokens(block_m: int, G: int) -> int:
@@ -223,18 +238,80 @@ def window_keys(window: int, block_m: int, G: int, T: int | None) -> int:
     return _pow2_ceil(max(16, window + tokens - 1))
 
 
+def window_arch_config(arch: int, G: int, T: int | None, window: int) -> WindowConfig | None:
+    """The window kernel's launch on compute capability `arch` (see `window_config`)."""
+    return _window_fit(_SM90_WINDOW if _hopper_class(arch) else _GENERIC_WINDOW, G, T, window)
+
+
+def _window_fit(cfg: WindowConfig, G: int, T: int | None, window: int) -> WindowConfig | None:
+    block_m = _tile_rows(cfg.block_m, G * T if T is not None else cfg.block_m)
+    if window_keys(window, block_m, G, T) > _WINDOW_DEFAULT_KEYS:
+        return None
+    return replace(cfg, block_m=block_m)
+
+
 def window_config(G: int, T: int | None, window: int, device: torch.device) -> WindowConfig | None:
     """The default launch of the single-block window kernel for group size G, T queries per sequence (None when
     unknown) and a sliding window of `window` keys, or None when a tile's keys do not fit one block of
     `_WINDOW_DEFAULT_KEYS` (the online-softmax kernel then runs)."""
-    major = _device_major(device)
-    if major is None:
-        cfg = _INTERPRETER_WINDOW
-    else:
-        cfg = _SM90_WINDOW if major in (9, 10) else _GENERIC_WINDOW
-    block_m = _tile_rows(cfg.block_m, G * T if T is not None else cfg.block_m)
-    if window_keys(window, block_m, G, T) > _WINDOW_DEFAULT_KEYS:
-        return None
-    if block_m == cfg.block_m:
-        return cfg
-    return WindowConfig(block_m, cfg.block_d, cfg.block_dv, cfg.num_warps, cfg.num_stages)
+    arch = _device_arch(device)
+    if arch is None:
+        return _window_fit(_INTERPRETER_WINDOW, G, T, window)
+    return window_arch_config(arch, G, T, window)
+
+
+def _signature(fn, pointers: dict[str, str]) -> dict[str, str]:
+    """Triton signature of `fn`'s runtime arguments: `<name>_ptr` from `pointers` (int32 tables by default), the
+    softmax scale fp32, every other scalar (sizes, strides, window) int32."""
+    sig = {}
+    for param in fn.params:
+        if param.is_constexpr:
+            continue
+        name = param.name
+        if name.endswith("_ptr"):
+            sig[name] = pointers.get(name[: -len("_ptr")], "*i32")
+        else:
+            sig[name] = "fp32" if name == "qk_scale" else "i32"
+    return sig
+
+
+def fmha_compile_specs(arch: int) -> list:
+    """The FMHA kernels as the launch table runs them on `arch`, for ahead-of-time compilation (kda-portability):
+    per head dim (64-512) and dtype, the window kernel (128-token window, 64 MQA heads), the online kernel's dense
+    causal and top-k gather launches, and the fused window + top-k launch in bf16."""
+    from triton_kda.configs import CompileSpec
+    from triton_kda.fmha.fwd import _fmha_attn_fwd_kernel, dot_precision
+    from triton_kda.fmha.window import _fmha_window_fwd_kernel
+
+    G = 64
+    specs = []
+    for dname, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16), ("fp32", torch.float32)):
+        ty = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}[dname]
+        ptrs = {n: f"*{ty}" for n in ("q", "k", "v", "kc", "vc", "o")}
+        ptrs.update(lse="*fp32", sink="*fp32")
+        prec = dot_precision(dt)
+        for D in (64, 128, 256, 512):
+            w = window_arch_config(arch, G, 8192, 128)
+            ce = dict(STRIDE_KS=D, STRIDE_VS=D, HP=G, N_HG=1, BLOCK_T=1, BLOCK_M=w.block_m,
+                      BLOCK_K=window_keys(128, w.block_m, G, 8192), BLOCK_D=min(D, w.block_d),
+                      BLOCK_DV=min(D, w.block_dv), D=D, DV=D, HAS_SINK=True, HAS_KV_LENS=False, IS_VARLEN=False,
+                      WRITE_PARTIAL=False, DOT_PRECISION=prec)
+            specs.append(CompileSpec(f"fmha_window D{D} {dname}", _fmha_window_fwd_kernel,
+                                     _signature(_fmha_window_fwd_kernel, ptrs), ce, w.num_warps, w.num_stages))
+            modes = ("dense", "gather", "fused") if dname == "bf16" else ("dense", "gather")
+            for mode in modes:
+                cfg = arch_config(arch, D, G, None if mode != "dense" else 8192, mode != "dense",
+                                  itemsize=dt.itemsize)
+                hp = min(G, cfg.block_m)
+                ce = dict(STRIDE_KS=D, STRIDE_VS=D, STRIDE_CS=D, STRIDE_WS=D, HP=hp, N_HG=G // hp,
+                          BLOCK_T=1 if mode != "dense" else cfg.block_m // hp, BLOCK_M=cfg.block_m,
+                          BLOCK_N=cfg.block_n, D=D, DV=D, BLOCK_DV=min(D, cfg.block_dv or D),
+                          HAS_DENSE=mode != "gather", CAUSAL=mode != "gather", HAS_WINDOW=mode == "fused",
+                          HAS_GATHER=mode != "dense", HAS_SINK=True, HAS_KV_LENS=False, HAS_C_LENS=False,
+                          IS_VARLEN=False, SAME_KV=min(D, cfg.block_dv or D) == D,
+                          SAME_KV_C=min(D, cfg.block_dv or D) == D, NUM_SPLITS=1, WRITE_PARTIAL=False,
+                          REVERSE=mode != "gather", DOT_PRECISION=prec)
+                specs.append(CompileSpec(f"fmha_{mode} D{D} {dname}", _fmha_attn_fwd_kernel,
+                                         _signature(_fmha_attn_fwd_kernel, ptrs), ce, cfg.num_warps,
+                                         cfg.num_stages))
+    return specs
