@@ -187,3 +187,19 @@ def test_online_table_fits_every_arch(arch):
                     cfg = configs.arch_config(arch, D, 64, None if gather else 8192, gather, itemsize=itemsize,
                                               same_kv=same_kv)
                     assert online_smem(cfg, D, D, itemsize, same_kv) <= configs.smem_limit(arch), (D, itemsize, cfg)
+
+
+def test_fmha_compile_specs_list_every_runtime_argument():
+    """The FMHA entries of kda-portability's compile_specs name every runtime argument of their kernel (also when
+    the kernels are interpreted, as in this process) and give every constexpr a value."""
+    import inspect
+
+    from triton_kda.fmha.configs import fmha_compile_specs
+
+    specs = fmha_compile_specs(90)
+    assert len(specs) == 40
+    for spec in specs:
+        params = inspect.signature(getattr(spec.fn, "fn", spec.fn)).parameters
+        runtime = {n for n, p in params.items() if not str(p.annotation).endswith("constexpr")}
+        assert set(spec.signature) == runtime, spec.name
+        assert set(spec.signature) | set(spec.constexprs) == set(params), spec.name

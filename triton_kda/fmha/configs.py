@@ -20,10 +20,12 @@ at a time and stored at once: no running accumulator, so D = 512 needs no value 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from dataclasses import dataclass, replace
 
 import torch
+import triton.language as tl
 
 __all__ = ["WINDOW_MAX_KEYS", "FmhaConfig", "WindowConfig", "fmha_config", "num_sms", "window_config",
            "window_keys", "window_tokens"]
@@ -264,10 +266,10 @@ def _signature(fn, pointers: dict[str, str]) -> dict[str, str]:
     """Triton signature of `fn`'s runtime arguments: `<name>_ptr` from `pointers` (int32 tables by default), the
     softmax scale fp32, every other scalar (sizes, strides, window) int32."""
     sig = {}
-    for param in fn.params:
-        if param.is_constexpr:
+    # read from the Python function's annotations, so that it works on jitted and interpreted kernels alike
+    for name, param in inspect.signature(getattr(fn, "fn", fn)).parameters.items():
+        if param.annotation is tl.constexpr or str(param.annotation).endswith("constexpr"):
             continue
-        name = param.name
         if name.endswith("_ptr"):
             sig[name] = pointers.get(name[: -len("_ptr")], "*i32")
         else:
