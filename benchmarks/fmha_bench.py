@@ -251,8 +251,8 @@ def resolved_config(case: Case) -> tuple:
     G = case.HQ // (case.HKV or 1)
     T = None if case.seqlens is not None else case.T
     dev = torch.device("cuda")
-    if case.mode == "dense" and case.window is not None and window_config(G, T, case.window, dev) is not None:
-        w = window_config(G, T, case.window, dev)
+    w = window_config(G, T, case.window, dev) if case.mode == "dense" and case.window is not None else None
+    if w is not None:
         return ("window", w.block_m, w.block_d, w.block_dv, w.num_warps, w.num_stages)
     cfg = fmha_config(case.D, G, T, case.mode in ("gather", "fused"), dev, itemsize=case.torch_dtype.itemsize,
                       same_kv=not case.HKV)

@@ -13,6 +13,7 @@ from triton_kda.configs import (
     arch_of,
     intra_candidates,
     intra_config,
+    precision_of,
     state_candidates,
     state_config,
     tuned,
@@ -87,12 +88,6 @@ class StateOut(NamedTuple):
     v_new: torch.Tensor | None          # [TT, HV, V]
 
 
-def _precision(dtype: torch.dtype) -> str:
-    """`tl.dot` precision, also the kernels' fp32 switch: "tf32x3" (three TF32 tensor-core products, about fp32
-    accuracy) for fp32 inputs, "tf32" otherwise (16-bit operands ignore it; fp32 operands of 16-bit runs get TF32)."""
-    return "tf32x3" if dtype == torch.float32 else "tf32"
-
-
 def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, BT: int, *,
               use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, lower_bound: float | None,
               use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool, store_aux: bool = False) -> IntraOut:
@@ -125,7 +120,7 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, B
             USE_L2NORM=use_qk_l2norm_in_kernel, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
             HAS_DT_BIAS=gate > 0 and dt_bias is not None, BETA_SIGMOID=use_beta_sigmoid_in_kernel,
             BETA_SCALE=2.0 if allow_neg_eigval else 1.0, STORE_AUX=store_aux, IS_BF16=dt == torch.bfloat16,
-            PREC=_precision(dt), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            PREC=precision_of(dt), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             # the lower-bound gate keeps every BC-row block's gate range under RANGE_MAX when
             # (BC - 1) |lower_bound| log2(e) does (safe gates: 108.2 < 110): no exact rows, no range check
             EXACT_ROWS=not (gate == GATE_LOWER_BOUND
@@ -155,7 +150,7 @@ def wy_recompute(q, k, v, g, A_log, dt_bias, Aqk, rstd_q, rstd_k, beta_act, Akk,
         beta_act, Akk, w, u, qg, kg, gl, plan.cu_seqlens, plan.chunk_indices, scale,
         lower_bound if lower_bound is not None else 0.0,
         H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
-        HAS_DT_BIAS=gate > 0 and dt_bias is not None, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
+        HAS_DT_BIAS=gate > 0 and dt_bias is not None, IS_BF16=dt == torch.bfloat16, PREC=precision_of(dt),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return IntraOut(Aqk=Aqk, w=w, u=u, qg=qg, kg=kg, gl=gl, rstd_q=rstd_q, rstd_k=rstd_k, beta=beta_act, Akk=Akk)
@@ -172,7 +167,7 @@ def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, 
     runs, h0 = plan, initial_state
     if pieces is not None:
         h0 = cp_initial_states(intra.kg, intra.w, intra.u, intra.gl, initial_state, plan, pieces, BT,
-                               state_v_first=state_v_first, prec=_precision(dt))
+                               state_v_first=state_v_first, prec=precision_of(dt))
         runs = pieces
     shape = (runs.N, HV, V, K) if state_v_first else (runs.N, HV, K, V)
     ht = torch.empty(shape, device=dev, dtype=torch.float32) if output_final_state else None
@@ -187,7 +182,7 @@ def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, 
             runs.cu_seqlens, runs.chunk_offsets,
             HV=HV, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=cfg.BV,
             HAS_H0=h0 is not None, STORE_HT=output_final_state, STORE_H=store_h, STORE_VNEW=store_v_new,
-            V_FIRST=state_v_first, IS_BF16=dt == torch.bfloat16, PREC=_precision(dt),
+            V_FIRST=state_v_first, IS_BF16=dt == torch.bfloat16, PREC=precision_of(dt),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 

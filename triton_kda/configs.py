@@ -231,7 +231,14 @@ class CompileSpec(NamedTuple):
     num_stages: int
 
 
-_DTYPES = {"bf16": ("bf16", True), "fp16": ("fp16", False), "fp32": ("fp32", False)}
+_DTYPES = {"bf16": ("bf16", True, torch.bfloat16), "fp16": ("fp16", False, torch.float16),
+           "fp32": ("fp32", False, torch.float32)}
+
+
+def precision_of(dtype: torch.dtype) -> str:
+    """`tl.dot` precision, also the kernels' fp32 switch: "tf32x3" (three TF32 tensor-core products, about fp32
+    accuracy) for fp32 inputs, "tf32" otherwise (16-bit operands ignore it; fp32 operands of 16-bit runs get TF32)."""
+    return "tf32x3" if dtype == torch.float32 else "tf32"
 
 
 def compile_specs(arch: int) -> list[CompileSpec]:
@@ -251,8 +258,8 @@ def compile_specs(arch: int) -> list[CompileSpec]:
 
     specs = []
     for K, V in ((64, 64), (128, 128), (256, 256)):
-        for dname, (ty, is_bf16) in _DTYPES.items():
-            prec = "tf32x3" if dname == "fp32" else "tf32"
+        for dname, (ty, is_bf16, dtype) in _DTYPES.items():
+            prec = precision_of(dtype)
             for BT in (32, 64):
                 ic = intra_config(arch, K, V)
                 sig = {n: "*fp32" for n in ("gl", "rstd_q", "rstd_k", "beta_act")}

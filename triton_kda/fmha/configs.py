@@ -160,8 +160,11 @@ def _device_arch(device: torch.device) -> int | None:
     return 10 * major + minor
 
 
-def _tile_rows(block_m: int, rows: int) -> int:
-    return max(16, min(block_m, _pow2_ceil(rows)))
+def _fit_rows(cfg, G: int, T: int | None, gather: bool = False):
+    """`cfg` (an FmhaConfig or WindowConfig) with `block_m` shrunk to the rows a tile fills: G packed heads in gather
+    mode, G x T for T known queries per sequence, at least 16 (the smallest tensor-core tile)."""
+    rows = G if gather else (G * T if T is not None else cfg.block_m)
+    return replace(cfg, block_m=max(16, min(cfg.block_m, _pow2_ceil(rows))))
 
 
 def _hopper_class(arch: int) -> bool:
@@ -205,9 +208,7 @@ def arch_config(
     """The online-softmax kernel's launch on compute capability `arch` (see `fmha_config`), shrunk to fit the
     arch's shared memory."""
     table = (_SM90_GATHER if gather else _SM90_DENSE) if _hopper_class(arch) else _GENERIC
-    cfg = table[min(512, max(64, _pow2_ceil(D)))]
-    rows = G if gather else (G * T if T is not None else cfg.block_m)
-    cfg = replace(cfg, block_m=_tile_rows(cfg.block_m, rows))
+    cfg = _fit_rows(table[min(512, max(64, _pow2_ceil(D)))], G, T, gather)
     return fit_smem(cfg, D, DV or D, itemsize, same_kv, smem_limit(arch))
 
 
@@ -221,8 +222,7 @@ def fmha_config(
     GPU's shared memory (fp32, separate k and v at D = 512, the smaller GPUs)."""
     arch = _device_arch(device)
     if arch is None:
-        rows = G if gather else (G * T if T is not None else _INTERPRETER.block_m)
-        return replace(_INTERPRETER, block_m=_tile_rows(_INTERPRETER.block_m, rows))
+        return _fit_rows(_INTERPRETER, G, T, gather)
     return arch_config(arch, D, G, T, gather, DV=DV, itemsize=itemsize, same_kv=same_kv)
 
 
@@ -246,10 +246,8 @@ def window_arch_config(arch: int, G: int, T: int | None, window: int) -> WindowC
 
 
 def _window_fit(cfg: WindowConfig, G: int, T: int | None, window: int) -> WindowConfig | None:
-    block_m = _tile_rows(cfg.block_m, G * T if T is not None else cfg.block_m)
-    if window_keys(window, block_m, G, T) > _WINDOW_DEFAULT_KEYS:
-        return None
-    return replace(cfg, block_m=block_m)
+    cfg = _fit_rows(cfg, G, T)
+    return cfg if window_keys(window, cfg.block_m, G, T) <= _WINDOW_DEFAULT_KEYS else None
 
 
 def window_config(G: int, T: int | None, window: int, device: torch.device) -> WindowConfig | None:
@@ -286,14 +284,13 @@ def fmha_compile_specs(arch: int) -> list:
     from triton_kda.fmha.window import _fmha_window_fwd_kernel
 
     G = 64
+    w = window_arch_config(arch, G, 8192, 128)
     specs = []
     for dname, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16), ("fp32", torch.float32)):
-        ty = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}[dname]
-        ptrs = {n: f"*{ty}" for n in ("q", "k", "v", "kc", "vc", "o")}
+        ptrs = {n: f"*{dname}" for n in ("q", "k", "v", "kc", "vc", "o")}
         ptrs.update(lse="*fp32", sink="*fp32")
         prec = dot_precision(dt)
         for D in (64, 128, 256, 512):
-            w = window_arch_config(arch, G, 8192, 128)
             ce = dict(STRIDE_KS=D, STRIDE_VS=D, HP=G, N_HG=1, BLOCK_T=1, BLOCK_M=w.block_m,
                       BLOCK_K=window_keys(128, w.block_m, G, 8192), BLOCK_D=min(D, w.block_d),
                       BLOCK_DV=min(D, w.block_dv), D=D, DV=D, HAS_SINK=True, HAS_KV_LENS=False, IS_VARLEN=False,
@@ -305,13 +302,14 @@ def fmha_compile_specs(arch: int) -> list:
                 cfg = arch_config(arch, D, G, None if mode != "dense" else 8192, mode != "dense",
                                   itemsize=dt.itemsize)
                 hp = min(G, cfg.block_m)
+                block_dv = min(D, cfg.block_dv or D)
                 ce = dict(STRIDE_KS=D, STRIDE_VS=D, STRIDE_CS=D, STRIDE_WS=D, HP=hp, N_HG=G // hp,
                           BLOCK_T=1 if mode != "dense" else cfg.block_m // hp, BLOCK_M=cfg.block_m,
-                          BLOCK_N=cfg.block_n, D=D, DV=D, BLOCK_DV=min(D, cfg.block_dv or D),
+                          BLOCK_N=cfg.block_n, D=D, DV=D, BLOCK_DV=block_dv,
                           HAS_DENSE=mode != "gather", CAUSAL=mode != "gather", HAS_WINDOW=mode == "fused",
                           HAS_GATHER=mode != "dense", HAS_SINK=True, HAS_KV_LENS=False, HAS_C_LENS=False,
-                          IS_VARLEN=False, SAME_KV=min(D, cfg.block_dv or D) == D,
-                          SAME_KV_C=min(D, cfg.block_dv or D) == D, NUM_SPLITS=1, WRITE_PARTIAL=False,
+                          IS_VARLEN=False, SAME_KV=block_dv == D, SAME_KV_C=block_dv == D, NUM_SPLITS=1,
+                          WRITE_PARTIAL=False,
                           REVERSE=mode != "gather", DOT_PRECISION=prec)
                 specs.append(CompileSpec(f"fmha_{mode} D{D} {dname}", _fmha_attn_fwd_kernel,
                                          _signature(_fmha_attn_fwd_kernel, ptrs), ce, cfg.num_warps,
