@@ -10,32 +10,9 @@ import pytest
 import torch
 
 from reference.fmha import fmha_ref
+from tests.fmha_utils import check_attn, cosine, generator, randn, sink_logits
 from tests.utils import DEVICE, assert_close
 from triton_kda.fmha import FmhaConfig, fmha_fwd, fmha_merge, fmha_swa_compressed
-
-FP32_TOL = 1e-5
-
-
-def _randn(*shape, dtype=torch.float32, scale=1.0, gen):
-    return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(device=DEVICE, dtype=dtype)
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _check(out, ref, tol=FP32_TOL):
-    assert_close("o", out.o, ref[0], tol)
-    assert_close("lse", out.lse, ref[1], tol)
-
-
-def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double().flatten(), b.double().flatten().to(a.device)
-    return float(torch.dot(a, b) / (a.norm() * b.norm()))
-
-
-def _sinks(hq: int, gen) -> torch.Tensor:
-    return _randn(hq, gen=gen, scale=2.0)
 
 
 def _topk(B: int, T: int, topk: int, n_keys, gen, empty: float = 0.3) -> torch.Tensor:
@@ -69,32 +46,32 @@ DENSE_CASES = [
 
 @pytest.mark.parametrize("B, T, S, HQ, HKV, D, DV, causal, window, sinks, kv_lens", DENSE_CASES)
 def test_dense_matches_reference(B, T, S, HQ, HKV, D, DV, causal, window, sinks, kv_lens):
-    gen = _gen(B * 1000 + T * 7 + D)
-    q = _randn(B, T, HQ, D, gen=gen)
-    sk = _sinks(HQ, gen) if sinks else None
+    gen = generator(B * 1000 + T * 7 + D)
+    q = randn(B, T, HQ, D, gen=gen)
+    sk = sink_logits(HQ, gen) if sinks else None
     lens = torch.tensor(kv_lens, dtype=torch.int32, device=DEVICE) if kv_lens is not None else None
     if HKV == 1 and D == DV:
-        kv = _randn(B, S, D, gen=gen)
+        kv = randn(B, S, D, gen=gen)
         k = v = kv.unsqueeze(2)
         out = fmha_fwd(q, kv, causal=causal, window=window, sinks=sk, kv_lens=lens)
     else:
-        k, v = _randn(B, S, HKV, D, gen=gen), _randn(B, S, HKV, DV, gen=gen)
+        k, v = randn(B, S, HKV, D, gen=gen), randn(B, S, HKV, DV, gen=gen)
         out = fmha_fwd(q, k=k, v=v, causal=causal, window=window, sinks=sk, kv_lens=lens)
     ref = fmha_ref(q, k, v, causal=causal, window=window, sinks=sk, kv_lens=lens)
-    _check(out, ref)
+    check_attn(out, ref)
 
 
 def test_queries_without_keys_give_zero_and_sink_lse():
     """T > kv_len under a bottom-right causal mask leaves the first queries with no key: o = 0 and lse = sink (or
     -inf without sinks)."""
-    gen = _gen(3)
-    q, kv = _randn(1, 9, 4, 64, gen=gen), _randn(1, 9, 64, gen=gen)
+    gen = generator(3)
+    q, kv = randn(1, 9, 4, 64, gen=gen), randn(1, 9, 64, gen=gen)
     lens = torch.tensor([4], dtype=torch.int32, device=DEVICE)
-    sk = _sinks(4, gen)
+    sk = sink_logits(4, gen)
     for sinks in (None, sk):
         out = fmha_fwd(q, kv, causal=True, kv_lens=lens, sinks=sinks)
         ref = fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True, kv_lens=lens, sinks=sinks)
-        _check(out, ref)
+        check_attn(out, ref)
         assert torch.equal(out.o[0, :5], torch.zeros_like(out.o[0, :5]))
         expect = torch.full((5, 4), -math.inf, device=DEVICE) if sinks is None else sinks.expand(5, 4)
         assert torch.equal(out.lse[0, :5], expect)
@@ -111,20 +88,20 @@ GATHER_CASES = [
 
 @pytest.mark.parametrize("B, T, S, HQ, HKV, D, TOPK, sinks", GATHER_CASES)
 def test_gather_matches_reference(B, T, S, HQ, HKV, D, TOPK, sinks):
-    gen = _gen(T * 31 + D + TOPK)
-    q = _randn(B, T, HQ, D, gen=gen)
+    gen = generator(T * 31 + D + TOPK)
+    q = randn(B, T, HQ, D, gen=gen)
     idx = _topk(B, T, TOPK, S, gen)
     idx[0, 0] = -1  # one query with every slot empty
-    sk = _sinks(HQ, gen) if sinks else None
+    sk = sink_logits(HQ, gen) if sinks else None
     if HKV == 1:
-        kv = _randn(B, S, D, gen=gen)
+        kv = randn(B, S, D, gen=gen)
         k = v = kv.unsqueeze(2)
         out = fmha_fwd(q, kv, topk_indices=idx, sinks=sk)
     else:
-        k, v = _randn(B, S, HKV, D, gen=gen), _randn(B, S, HKV, D, gen=gen)
+        k, v = randn(B, S, HKV, D, gen=gen), randn(B, S, HKV, D, gen=gen)
         out = fmha_fwd(q, k=k, v=v, topk_indices=idx, sinks=sk)
     ref = fmha_ref(q, topk_indices=idx, k_gather=k, v_gather=v, sinks=sk)
-    _check(out, ref)
+    check_attn(out, ref)
     assert torch.equal(out.o[0, 0], torch.zeros_like(out.o[0, 0]))
 
 
@@ -138,42 +115,42 @@ FUSED_CASES = [
 @pytest.mark.parametrize("B, T, S_C, HQ, D, window, TOPK", FUSED_CASES)
 def test_fused_swa_compressed(B, T, S_C, HQ, D, window, TOPK):
     """One call equals the fp64 joint softmax, and equals merging the two branches computed separately."""
-    gen = _gen(T + S_C + D)
-    q, kv, kc = _randn(B, T, HQ, D, gen=gen), _randn(B, T, D, gen=gen), _randn(B, S_C, D, gen=gen)
+    gen = generator(T + S_C + D)
+    q, kv, kc = randn(B, T, HQ, D, gen=gen), randn(B, T, D, gen=gen), randn(B, S_C, D, gen=gen)
     idx = _topk(B, T, TOPK, S_C, gen)
-    sk = _sinks(HQ, gen)
+    sk = sink_logits(HQ, gen)
     out = fmha_swa_compressed(q, kv, kc, idx, window=window, sinks=sk)
     ref = fmha_ref(
         q, kv[:, :, None], kv[:, :, None], causal=True, window=window, topk_indices=idx,
         k_gather=kc[:, :, None], v_gather=kc[:, :, None], sinks=sk,
     )
-    _check(out, ref)
+    check_attn(out, ref)
     a = fmha_fwd(q, kv, causal=True, window=window, partial=True)
     b = fmha_fwd(q, kc, topk_indices=idx, partial=True)
     merged = fmha_merge(a.o, a.lse, b.o, b.lse, sinks=sk)
-    _check(merged, ref)
+    check_attn(merged, ref)
 
 
 def test_varlen_dense_and_fused():
     """Varlen with an empty sequence, separate key offsets, kv_lens, and the fused call over varlen keys."""
-    gen = _gen(11)
+    gen = generator(11)
     HQ, D = 8, 64
     cu = torch.tensor([0, 5, 5, 30, 41], device=DEVICE)
-    q = _randn(1, 41, HQ, D, gen=gen)
-    kv = _randn(1, 41, D, gen=gen)
-    sk = _sinks(HQ, gen)
+    q = randn(1, 41, HQ, D, gen=gen)
+    kv = randn(1, 41, D, gen=gen)
+    sk = sink_logits(HQ, gen)
     out = fmha_fwd(q, kv, causal=True, window=6, cu_seqlens=cu, sinks=sk)
-    _check(out, fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True, window=6, cu_seqlens=cu, sinks=sk))
+    check_attn(out, fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True, window=6, cu_seqlens=cu, sinks=sk))
 
     cu_k = torch.tensor([0, 9, 12, 40, 60], dtype=torch.int32, device=DEVICE)
-    kv2 = _randn(1, 60, D, gen=gen)
+    kv2 = randn(1, 60, D, gen=gen)
     lens = torch.tensor([9, 2, 20, 20], dtype=torch.int32, device=DEVICE)
     out = fmha_fwd(q, kv2, causal=True, cu_seqlens=cu, cu_seqlens_k=cu_k, kv_lens=lens)
-    _check(out, fmha_ref(q, kv2[:, :, None], kv2[:, :, None], causal=True, cu_seqlens=cu, cu_seqlens_k=cu_k,
+    check_attn(out, fmha_ref(q, kv2[:, :, None], kv2[:, :, None], causal=True, cu_seqlens=cu, cu_seqlens_k=cu_k,
                          kv_lens=lens))
 
     cu_c = torch.tensor([0, 10, 10, 35, 50], device=DEVICE)
-    kc = _randn(1, 50, D, gen=gen)
+    kc = randn(1, 50, D, gen=gen)
     c_lens = torch.tensor([7, 0, 25, 15], dtype=torch.int32, device=DEVICE)
     n_tok = [5, 0, 25, 11]
     idx = torch.cat([_topk(1, n, 12, max(c, 1), gen) if c else torch.full((1, n, 12), -1, dtype=torch.int32,
@@ -183,7 +160,7 @@ def test_varlen_dense_and_fused():
     ref = fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True, window=4, cu_seqlens=cu, topk_indices=idx,
                    k_gather=kc[:, :, None], v_gather=kc[:, :, None], gather_lens=c_lens, cu_seqlens_gather=cu_c,
                    sinks=sk)
-    _check(out, ref)
+    check_attn(out, ref)
 
 
 SPLIT_CASES = [
@@ -202,11 +179,11 @@ SPLIT_CASES = [
 def test_kv_and_value_splits(num_splits, config, mode):
     """Split-KV (partials merged in fp32) and value-dim splits (scores recomputed per program) give the same
     result as the oracle at B2 T9 S100 HQ8 D128."""
-    gen = _gen(num_splits + 17)
+    gen = generator(num_splits + 17)
     B, T, S, HQ, D = 2, 9, 100, 8, 128
-    q, kv = _randn(B, T, HQ, D, gen=gen), _randn(B, S, D, gen=gen)
+    q, kv = randn(B, T, HQ, D, gen=gen), randn(B, S, D, gen=gen)
     k = v = kv.unsqueeze(2)
-    sk = _sinks(HQ, gen)
+    sk = sink_logits(HQ, gen)
     idx = _topk(B, T, 40, S, gen)
     kw = dict(num_splits=num_splits, config=config, sinks=sk)
     if mode == "gather":
@@ -219,26 +196,26 @@ def test_kv_and_value_splits(num_splits, config, mode):
         causal, window = mode != "full", (13 if mode == "window" else None)
         out = fmha_fwd(q, kv, causal=causal, window=window, **kw)
         ref = fmha_ref(q, k, v, causal=causal, window=window, sinks=sk)
-    _check(out, ref)
+    check_attn(out, ref)
 
 
 def test_partial_mode_skips_sinks():
-    gen = _gen(5)
-    q, kv = _randn(1, 10, 4, 64, gen=gen), _randn(1, 10, 64, gen=gen)
-    out = fmha_fwd(q, kv, causal=True, sinks=_sinks(4, gen), partial=True)
+    gen = generator(5)
+    q, kv = randn(1, 10, 4, 64, gen=gen), randn(1, 10, 64, gen=gen)
+    out = fmha_fwd(q, kv, causal=True, sinks=sink_logits(4, gen), partial=True)
     assert out.o.dtype == torch.float32
-    _check(out, fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True))
+    check_attn(out, fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True))
 
 
 def test_causality_bitwise():
     """Outputs at positions <= t do not change, bit for bit, when keys/values after t change."""
-    gen = _gen(9)
-    q, kv = _randn(1, 40, 8, 64, gen=gen), _randn(1, 40, 64, gen=gen)
+    gen = generator(9)
+    q, kv = randn(1, 40, 8, 64, gen=gen), randn(1, 40, 64, gen=gen)
     for window in (None, 9):
         base = fmha_fwd(q, kv, causal=True, window=window)
         for t in (0, 17, 38):
             kv2 = kv.clone()
-            kv2[:, t + 1 :] = _randn(1, 39 - t, 64, gen=gen)
+            kv2[:, t + 1 :] = randn(1, 39 - t, 64, gen=gen)
             out = fmha_fwd(q, kv2, causal=True, window=window)
             assert torch.equal(out.o[:, : t + 1], base.o[:, : t + 1]), f"window {window}, t {t}"
             assert torch.equal(out.lse[:, : t + 1], base.lse[:, : t + 1]), f"window {window}, t {t}"
@@ -247,12 +224,12 @@ def test_causality_bitwise():
 @pytest.mark.parametrize("D", [64, 512], ids=["D64-fp16", "D512-fp16"])
 def test_fp16_against_fp64(D):
     """fp16 inputs (correct in the interpreter, unlike bf16): rel RMSE <= 1e-2 and cosine >= 0.9999."""
-    gen = _gen(D)
-    q, kv = _randn(1, 33, 8, D, gen=gen, dtype=torch.float16), _randn(1, 33, D, gen=gen, dtype=torch.float16)
-    sk = _sinks(8, gen)
+    gen = generator(D)
+    q, kv = randn(1, 33, 8, D, gen=gen, dtype=torch.float16), randn(1, 33, D, gen=gen, dtype=torch.float16)
+    sk = sink_logits(8, gen)
     out = fmha_fwd(q, kv, causal=True, window=11, sinks=sk)
     ref = fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True, window=11, sinks=sk)
     assert out.o.dtype == torch.float16
     assert_close("o", out.o, ref[0], 1e-2)
     assert_close("lse", out.lse, ref[1], 1e-3)
-    assert _cosine(out.o, ref[0]) >= 0.9999
+    assert cosine(out.o, ref[0]) >= 0.9999

@@ -8,18 +8,15 @@ import pytest
 import torch
 
 from reference.fmha import fmha_merge_ref, fmha_ref
+from tests.fmha_utils import randn
 from tests.utils import DEVICE, assert_close
 from triton_kda.fmha import fmha_fwd, fmha_merge
-
-
-def _randn(*shape, gen, scale=1.0):
-    return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(device=DEVICE, dtype=torch.float32)
 
 
 def test_merge_with_empty_branch_is_a_no_op():
     """lse = -inf weighs nothing, whatever its o holds (NaN here): the result is o1, lse1 bit for bit."""
     gen = torch.Generator().manual_seed(0)
-    o1, lse1 = _randn(2, 5, 8, 64, gen=gen), _randn(2, 5, 8, gen=gen, scale=3.0)
+    o1, lse1 = randn(2, 5, 8, 64, gen=gen), randn(2, 5, 8, gen=gen, scale=3.0)
     o2 = torch.full_like(o1, math.nan)
     lse2 = torch.full_like(lse1, -math.inf)
     out = fmha_merge(o1, lse1, o2, lse2)
@@ -34,13 +31,13 @@ def test_merge_with_empty_branch_is_a_no_op():
 def test_merge_matches_reference(sinks):
     gen = torch.Generator().manual_seed(1)
     B, T, HQ, DV = 2, 7, 6, 96
-    o1, o2 = _randn(B, T, HQ, DV, gen=gen), _randn(B, T, HQ, DV, gen=gen)
-    lse1, lse2 = _randn(B, T, HQ, gen=gen, scale=4.0), _randn(B, T, HQ, gen=gen, scale=4.0)
+    o1, o2 = randn(B, T, HQ, DV, gen=gen), randn(B, T, HQ, DV, gen=gen)
+    lse1, lse2 = randn(B, T, HQ, gen=gen, scale=4.0), randn(B, T, HQ, gen=gen, scale=4.0)
     lse1[0, 0] = -math.inf
     lse2[0, 1] = -math.inf
     lse1[1, 2, :2] = -math.inf
     lse2[1, 2, :2] = -math.inf
-    sk = _randn(HQ, gen=gen, scale=2.0) if sinks else None
+    sk = randn(HQ, gen=gen, scale=2.0) if sinks else None
     out = fmha_merge(o1, lse1, o2, lse2, sinks=sk)
     ref = fmha_merge_ref(o1, lse1, o2, lse2, sinks=sk)
     assert_close("o", out.o, ref[0], 1e-6)
@@ -58,8 +55,8 @@ def test_split_kv_in_two_then_merge_equals_one_pass(T, causal):
     decode query, bottom-right aligned, sees every key of either piece)."""
     gen = torch.Generator().manual_seed(2)
     B, S, HQ, D = 1, 45, 8, 64
-    q, kv = _randn(B, T, HQ, D, gen=gen), _randn(B, S, D, gen=gen)
-    sk = _randn(HQ, gen=gen, scale=2.0)
+    q, kv = randn(B, T, HQ, D, gen=gen), randn(B, S, D, gen=gen)
+    sk = randn(HQ, gen=gen, scale=2.0)
     one = fmha_fwd(q, kv, causal=causal, sinks=sk)
     a = fmha_fwd(q, kv[:, :19], causal=causal, partial=True)
     b = fmha_fwd(q, kv[:, 19:], causal=causal, partial=True)
@@ -74,8 +71,8 @@ def test_split_kv_in_two_then_merge_equals_one_pass(T, causal):
 def test_merges_chain():
     """Partials without a sink merge associatively: ((A + B) + C) with the sink at the end equals one pass."""
     gen = torch.Generator().manual_seed(3)
-    q, kv = _randn(2, 6, 4, 32, gen=gen), _randn(2, 60, 32, gen=gen)
-    sk = _randn(4, gen=gen)
+    q, kv = randn(2, 6, 4, 32, gen=gen), randn(2, 60, 32, gen=gen)
+    sk = randn(4, gen=gen)
     parts = [fmha_fwd(q, kv[:, a:b], partial=True) for a, b in ((0, 17), (17, 40), (40, 60))]
     ab = fmha_merge(parts[0].o, parts[0].lse, parts[1].o, parts[1].lse)
     abc = fmha_merge(ab.o, ab.lse, parts[2].o, parts[2].lse, sinks=sk)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from reference.fmha import fmha_ref
-from tests.test_fmha_fwd import _check, _cosine, _gen, _randn, _sinks
+from tests.fmha_utils import check_attn, cosine, generator, randn, sink_logits
 from tests.utils import DEVICE, assert_close
 from triton_kda.fmha import FmhaConfig, WindowConfig, configs, fmha_fwd, fmha_swa_compressed
 from triton_kda.fmha.configs import online_smem, window_config, window_keys
@@ -33,26 +33,26 @@ WINDOW_CASES = [
 
 
 def _inputs(B, T, S, HQ, HKV, D, DV, sinks, kv_lens, gen, dtype=torch.float32):
-    q = _randn(B, T, HQ, D, gen=gen, dtype=dtype)
+    q = randn(B, T, HQ, D, gen=gen, dtype=dtype)
     if HKV == 1 and D == DV:
-        kv = _randn(B, S, D, gen=gen, dtype=dtype)
+        kv = randn(B, S, D, gen=gen, dtype=dtype)
         kw = dict(kv=kv)
         k = v = kv.unsqueeze(2)
     else:
-        k, v = _randn(B, S, HKV, D, gen=gen, dtype=dtype), _randn(B, S, HKV, DV, gen=gen, dtype=dtype)
+        k, v = randn(B, S, HKV, D, gen=gen, dtype=dtype), randn(B, S, HKV, DV, gen=gen, dtype=dtype)
         kw = dict(k=k, v=v)
-    sk = _sinks(HQ, gen) if sinks else None
+    sk = sink_logits(HQ, gen) if sinks else None
     lens = torch.tensor(kv_lens, dtype=torch.int32, device=DEVICE) if kv_lens is not None else None
     return q, k, v, kw, sk, lens
 
 
 @pytest.mark.parametrize("B, T, S, HQ, HKV, D, DV, window, sinks, kv_lens, config", WINDOW_CASES)
 def test_window_kernel_matches_reference(B, T, S, HQ, HKV, D, DV, window, sinks, kv_lens, config):
-    gen = _gen(B * 100 + T + D + window)
+    gen = generator(B * 100 + T + D + window)
     q, k, v, kw, sk, lens = _inputs(B, T, S, HQ, HKV, D, DV, sinks, kv_lens, gen)
     out = fmha_fwd(q, **kw, causal=True, window=window, sinks=sk, kv_lens=lens, config=config)
     ref = fmha_ref(q, k, v, causal=True, window=window, sinks=sk, kv_lens=lens)
-    _check(out, ref)
+    check_attn(out, ref)
     online = fmha_fwd(q, **kw, causal=True, window=window, sinks=sk, kv_lens=lens, config=FmhaConfig(16, 16))
     assert_close("o vs the online-softmax kernel", out.o, online.o, 1e-5)
 
@@ -60,36 +60,36 @@ def test_window_kernel_matches_reference(B, T, S, HQ, HKV, D, DV, window, sinks,
 def test_window_kernel_varlen_and_partial():
     """Varlen with an empty and a one-token sequence, separate key offsets with kv_lens, and partial mode (fp32 o,
     no sink) merging like the oracle's plain softmax."""
-    gen = _gen(21)
+    gen = generator(21)
     HQ, D = 8, 64
     cu = torch.tensor([0, 5, 5, 6, 30], device=DEVICE)
-    q, kv = _randn(1, 30, HQ, D, gen=gen), _randn(1, 30, D, gen=gen)
-    sk = _sinks(HQ, gen)
+    q, kv = randn(1, 30, HQ, D, gen=gen), randn(1, 30, D, gen=gen)
+    sk = sink_logits(HQ, gen)
     cfg = WindowConfig(16, 32, 32)
     out = fmha_fwd(q, kv, causal=True, window=7, cu_seqlens=cu, sinks=sk, config=cfg)
-    _check(out, fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True, window=7, cu_seqlens=cu, sinks=sk))
+    check_attn(out, fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True, window=7, cu_seqlens=cu, sinks=sk))
 
     cu_k = torch.tensor([0, 9, 12, 20, 50], dtype=torch.int32, device=DEVICE)
-    kv2 = _randn(1, 50, D, gen=gen)
+    kv2 = randn(1, 50, D, gen=gen)
     lens = torch.tensor([9, 2, 1, 25], dtype=torch.int32, device=DEVICE)
     out = fmha_fwd(q, kv2, causal=True, window=6, cu_seqlens=cu, cu_seqlens_k=cu_k, kv_lens=lens, config=cfg)
-    _check(out, fmha_ref(q, kv2[:, :, None], kv2[:, :, None], causal=True, window=6, cu_seqlens=cu,
+    check_attn(out, fmha_ref(q, kv2[:, :, None], kv2[:, :, None], causal=True, window=6, cu_seqlens=cu,
                          cu_seqlens_k=cu_k, kv_lens=lens))
 
     part = fmha_fwd(q, kv, causal=True, window=7, sinks=sk, partial=True, config=cfg)
     assert part.o.dtype == torch.float32
-    _check(part, fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True, window=7))
+    check_attn(part, fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True, window=7))
 
 
 def test_window_kernel_fp16():
-    gen = _gen(512)
+    gen = generator(512)
     q, k, v, kw, sk, _ = _inputs(1, 24, 24, 16, 1, 512, 512, True, None, gen, dtype=torch.float16)
     out = fmha_fwd(q, **kw, causal=True, window=11, sinks=sk, config=WindowConfig(16, 128, 128))
     ref = fmha_ref(q, k, v, causal=True, window=11, sinks=sk)
     assert out.o.dtype == torch.float16
     assert_close("o", out.o, ref[0], 1e-2)
     assert_close("lse", out.lse, ref[1], 1e-3)
-    assert _cosine(out.o, ref[0]) >= 0.9999
+    assert cosine(out.o, ref[0]) >= 0.9999
 
 
 def test_window_kernel_writes_every_output(monkeypatch):
@@ -101,24 +101,24 @@ def test_window_kernel_writes_every_output(monkeypatch):
         return t.fill_(float("nan")) if t.is_floating_point() else t
 
     monkeypatch.setattr(torch, "empty", poisoned)
-    gen = _gen(4)
-    q, kv = _randn(2, 13, 16, 64, gen=gen), _randn(2, 13, 64, gen=gen)
+    gen = generator(4)
+    q, kv = randn(2, 13, 16, 64, gen=gen), randn(2, 13, 64, gen=gen)
     lens = torch.tensor([13, 3], dtype=torch.int32, device=DEVICE)
     out = fmha_fwd(q, kv, causal=True, window=4, kv_lens=lens, config=WindowConfig(16, 32, 16))
     assert not out.o.isnan().any() and not out.lse.isnan().any()
-    _check(out, fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True, window=4, kv_lens=lens))
+    check_attn(out, fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True, window=4, kv_lens=lens))
 
 
 def test_window_kernel_causal_bitwise():
     """Outputs at positions <= t do not change, bit for bit, when keys/values after t change."""
-    gen = _gen(8)
-    q, kv = _randn(1, 40, 16, 64, gen=gen), _randn(1, 40, 64, gen=gen)
+    gen = generator(8)
+    q, kv = randn(1, 40, 16, 64, gen=gen), randn(1, 40, 64, gen=gen)
     cfg = WindowConfig(32, 32, 32)
     base = fmha_fwd(q, kv, causal=True, window=10, config=cfg)
     assert torch.equal(base.o, fmha_fwd(q, kv, causal=True, window=10, config=cfg).o)
     for t in (0, 17, 38):
         kv2 = kv.clone()
-        kv2[:, t + 1 :] = _randn(1, 39 - t, 64, gen=gen)
+        kv2[:, t + 1 :] = randn(1, 39 - t, 64, gen=gen)
         out = fmha_fwd(q, kv2, causal=True, window=10, config=cfg)
         assert torch.equal(out.o[:, : t + 1], base.o[:, : t + 1]), f"t {t}"
         assert torch.equal(out.lse[:, : t + 1], base.lse[:, : t + 1]), f"t {t}"
@@ -132,19 +132,19 @@ def test_default_dispatch():
     assert cfg is not None and window_keys(128, cfg.block_m, 64, 8192) == 128
     assert window_config(8, None, 128, dev) is None
     assert window_config(1, 1, 128, dev) is not None
-    gen = _gen(6)
-    q, kv = _randn(1, 20, 32, 64, gen=gen), _randn(1, 20, 64, gen=gen)
+    gen = generator(6)
+    q, kv = randn(1, 20, 32, 64, gen=gen), randn(1, 20, 64, gen=gen)
     default = fmha_fwd(q, kv, causal=True, window=9)
     forced = fmha_fwd(q, kv, causal=True, window=9, config=window_config(32, 20, 9, dev))
     assert torch.equal(default.o, forced.o) and torch.equal(default.lse, forced.lse)
     ref = fmha_ref(q, kv[:, :, None], kv[:, :, None], causal=True, window=9)
-    _check(fmha_fwd(q, kv, causal=True, window=9, num_splits=2), ref)
-    _check(fmha_fwd(q, kv, causal=True, window=9, config=FmhaConfig(16, 16)), ref)
+    check_attn(fmha_fwd(q, kv, causal=True, window=9, num_splits=2), ref)
+    check_attn(fmha_fwd(q, kv, causal=True, window=9, config=FmhaConfig(16, 16)), ref)
 
 
 def _refused(**kw):
-    gen = _gen(2)
-    q, kv = _randn(1, 8, 4, 64, gen=gen), _randn(1, 8, 64, gen=gen)
+    gen = generator(2)
+    q, kv = randn(1, 8, 4, 64, gen=gen), randn(1, 8, 64, gen=gen)
     return fmha_fwd(q, kv, **kw)
 
 
