@@ -117,7 +117,7 @@ def window_fwd(p: AttnProblem, cfg: WindowConfig) -> tuple[torch.Tensor, torch.T
     HKV, DV = keys.k.shape[2], keys.v.shape[3]
     G = HQ // HKV
     hp = min(G, cfg.block_m)
-    block_t = cfg.block_m // hp
+    block_t = window_tokens(cfg.block_m, G)
     n_hg = triton.cdiv(G, hp)
     n_rows = B * T * HQ
     o = torch.empty(n_rows, DV, dtype=torch.float32 if p.partial else q.dtype, device=q.device)
