@@ -38,7 +38,8 @@ from benchmarks import model, tune_cache
 from benchmarks.report import attach_speedups
 from benchmarks.suites import FLAG_SETS, SUITES, FlagSet, Shape, resolve_flags, resolve_suites, select_shapes
 
-IMPLS = ("triton", "fla")
+IMPLS = ("triton", "fla", "sm90")
+DEFAULT_IMPLS = ("triton", "fla")
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # rel RMSE gates against the fp64 oracle: forward output on the slice, and every gradient on the small case
 # (gates against gross errors, not precision targets: fp32 leaves room for tf32 dots, fp16 has 3 more mantissa
@@ -91,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", type=csv_choice((*SUITES, "all")), default=["standard"],
                         help=f"shape suites, comma-separated: {', '.join(SUITES)}, all (default: standard)")
-    parser.add_argument("--impl", type=csv_choice(IMPLS), default=list(IMPLS),
+    parser.add_argument("--impl", type=csv_choice(IMPLS), default=list(DEFAULT_IMPLS),
                         help="implementations, comma-separated (default: triton,fla)")
     parser.add_argument("--modes", type=csv_choice(model.MODES), default=list(model.MODES),
                         help="fwd and/or fwdbwd (default: both)")
@@ -128,14 +129,39 @@ def require_cuda(prog: str) -> str | None:
             f"CUDA build {torch.version.cuda}); nothing was timed. Run it on a machine with an NVIDIA GPU.")
 
 
+def forced_backend(chunk_kda: Callable, backend: str) -> Callable:
+    """``chunk_kda`` with ``TRITON_KDA_BACKEND`` set to ``backend`` for each call ("triton": the Triton path even
+    where a compiled backend would take the call; "sm90": the CUDA forward). A call the backend declines raises
+    NotImplementedError, so its rows say "unsupported" with the verifier's reason."""
+    from cuda_fast import ENV_VAR, BackendDeclined
+
+    def call(**kwargs):
+        previous = os.environ.get(ENV_VAR)
+        os.environ[ENV_VAR] = backend
+        try:
+            return chunk_kda(**kwargs)
+        except BackendDeclined as exc:
+            raise NotImplementedError(str(exc)) from exc
+        finally:
+            if previous is None:
+                del os.environ[ENV_VAR]
+            else:
+                os.environ[ENV_VAR] = previous
+
+    return call
+
+
 def load_impls(names: list[str]) -> dict[str, Callable | str]:
-    """Implementation name -> its ``chunk_kda``, or a sentence saying why it cannot be imported."""
+    """Implementation name -> its ``chunk_kda``, or a sentence saying why it cannot be imported. "triton" and
+    "sm90" are triton_kda's ``chunk_kda`` with that backend forced."""
     impls: dict[str, Callable | str] = {}
     for name in names:
         t0 = time.perf_counter()
         try:
-            if name == "triton":
+            if name in ("triton", "sm90"):
                 from triton_kda import chunk_kda
+
+                chunk_kda = forced_backend(chunk_kda, name)
             else:
                 from fla.ops.kda import chunk_kda
         except Exception as exc:  # a missing package or an incompatible install: reported in the rows, not fatal

@@ -1,9 +1,10 @@
 """Compiled CUDA backends for triton-kda, chosen per call by a registry; the Triton path is the fallback.
 
-No compiled backend is registered yet: every call goes to the Triton path. Importing this package compiles,
-loads and probes nothing.
+Registered: ``sm90`` (cuda_fast/sm90.py), the CUDA forward for inference on sm_90a and sm_100a. Importing this
+package compiles, loads and probes nothing: a backend's library is built the first time it is chosen.
 """
 
+from cuda_fast import sm90  # noqa: F401  (registers the backend; builds nothing)
 from cuda_fast.registry import (
     ENV_VAR,
     Backend,

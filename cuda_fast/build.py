@@ -1,0 +1,138 @@
+"""Build the CUDA sources under ``cuda_fast/csrc/`` with nvcc.
+
+The kernels are plain CUDA C++ with a C entry point (no torch headers), built into a shared library that
+``cuda_fast.sm90`` loads through ctypes, so one build serves any torch version. Builds are cached under
+``$TRITON_KDA_CUDA_CACHE`` (default ``~/.cache/triton_kda/cuda_fast``), keyed by the sources, the flags, the target
+and nvcc's version; a finished build is moved into place atomically, so concurrent processes never load half a file.
+
+    python -m cuda_fast.build                    # prebuild the library for the GPU of this machine
+    python -m cuda_fast.build --arch 90a,100a    # prebuild for named targets (no GPU needed)
+    python -m cuda_fast.build --cubin DIR        # compile-only: one cubin per source and target (what CI runs)
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+SOURCES = ("kda_fwd.cu",)
+TARGETS = ("90a", "100a")
+CAPABILITY_TARGETS = {(9, 0): "90a", (10, 0): "100a"}
+FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr")
+CACHE_ENV = "TRITON_KDA_CUDA_CACHE"
+
+
+class BuildError(RuntimeError):
+    """nvcc is missing or failed (the message holds its output)."""
+
+
+def nvcc_path() -> str:
+    """nvcc from ``$CUDA_HOME/bin`` (or ``$CUDA_PATH``), else the first on PATH; BuildError if there is none."""
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(env)
+        if root and (Path(root) / "bin" / "nvcc").is_file():
+            return str(Path(root) / "bin" / "nvcc")
+    found = shutil.which("nvcc")
+    if found is None:
+        raise BuildError("nvcc not found (set CUDA_HOME or put nvcc on PATH); the CUDA backend cannot be built")
+    return found
+
+
+@functools.lru_cache(maxsize=4)
+def nvcc_version(nvcc: str) -> str:
+    return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def gencode(target: str) -> list[str]:
+    if target not in TARGETS:
+        raise ValueError(f"unknown CUDA target {target!r}; expected one of {', '.join(TARGETS)}")
+    return ["-gencode", f"arch=compute_{target},code=sm_{target}"]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "triton_kda" / "cuda_fast")
+
+
+def _run(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"nvcc failed (exit {proc.returncode}): {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+
+
+def library(target: str) -> Path:
+    """Path of the shared library for ``target`` ("90a" or "100a"), building it first unless it is cached."""
+    nvcc = nvcc_path()
+    sources = [CSRC / name for name in SOURCES]
+    key = hashlib.sha256()
+    for part in (nvcc_version(nvcc), target, *FLAGS):
+        key.update(part.encode())
+    for src in sources:
+        key.update(src.read_bytes())
+    out = cache_dir() / f"kda_cuda_sm{target}_{key.hexdigest()[:16]}.so"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    try:
+        _run([nvcc, *FLAGS, "-shared", *gencode(target), "-o", str(tmp), *map(str, sources)])
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def compile_cubins(out_dir: Path, targets: tuple[str, ...] = TARGETS) -> list[Path]:
+    """Compile every source to a cubin per target (no GPU, no linking); returns the cubins."""
+    nvcc = nvcc_path()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cubins = []
+    for target in targets:
+        for name in SOURCES:
+            cubin = out_dir / f"{Path(name).stem}.sm{target}.cubin"
+            _run([nvcc, "-O3", "-std=c++17", "--expt-relaxed-constexpr", "-cubin", *gencode(target),
+                  "-o", str(cubin), str(CSRC / name)])
+            cubins.append(cubin)
+    return cubins
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cuda_fast.build", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", default=None,
+                        help=f"comma-separated targets out of {','.join(TARGETS)} (default: this machine's GPU)")
+    parser.add_argument("--cubin", type=Path, default=None, help="compile-only: write cubins to this folder")
+    args = parser.parse_args(argv)
+    if args.arch is not None:
+        targets = tuple(t.strip() for t in args.arch.split(",") if t.strip())
+    elif args.cubin is not None:
+        targets = TARGETS
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("no CUDA GPU here: name the targets with --arch")
+        cc = torch.cuda.get_device_capability()
+        if cc not in CAPABILITY_TARGETS:
+            parser.error(f"compute capability {cc[0]}.{cc[1]} has no CUDA target here (only 9.0 and 10.0)")
+        targets = (CAPABILITY_TARGETS[cc],)
+    try:
+        if args.cubin is not None:
+            for cubin in compile_cubins(args.cubin, targets):
+                print(cubin)
+        else:
+            for target in targets:
+                print(library(target))
+    except (BuildError, ValueError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

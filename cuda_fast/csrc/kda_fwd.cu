@@ -1,0 +1,683 @@
+// KDA chunked forward (inference prefill) for sm_90a / sm_100a: bf16 q/k/v, K = V = 128, chunks of 16 tokens.
+//
+// Two kernels (plain CUDA C++, no torch headers; the C entry point kda_fwd is loaded through ctypes):
+//   kda_intra_fwd_kernel  grid (ceil(NT / 4), HV), one warp per 16-token chunk of one v-head (chunk-parallel):
+//       gate activation + in-chunk cumsum (log2 units), l2norm, beta activation,
+//       Aqk = scale (q e^{G_i - G_0}) (k e^{G_0 - G_j})^T (j <= i),  L = beta_i (k e^{G_i - G_0}) (k e^{G_0 - G_j})^T (j < i),
+//       Akk = (I + L)^-1 by fp32 forward substitution,  w = Akk diag(beta) (k e^{G}),  u = Akk diag(beta) v,
+//       qg = scale q e^{G},  kg = k e^{G_last - G},  decay = e^{G_last}.
+//       The anchor is the chunk's first token (never a later one: outputs stay causal bit for bit). A chunk whose
+//       in-chunk decay range could overflow the anchored factors takes an exact per-element path instead.
+//   kda_state_fwd_kernel  grid (N * V / BV, HV), one warp per 16 state columns (head-parallel recurrence):
+//       per chunk: v_new = u - w S,  o = qg S + Aqk v_new,  S <- diag(decay) S + kg^T v_new,
+//       with S^T held in fp32 mma accumulators (its bf16 copy is the A operand of the next products).
+// Intermediates live in chunk-padded, head-major workspaces ([HV, NT, 16, 128]); rows past a sequence end are zero.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+// the C ABI's argument block (mirrored by cuda_fast.sm90.FwdArgs)
+struct FwdArgs {
+    const __nv_bfloat16* q;       // [TT, H, K]
+    const __nv_bfloat16* k;       // [TT, H, K]
+    const __nv_bfloat16* v;       // [TT, HV, V]
+    const void* g;                // [TT, HV, K] bf16 or fp32
+    const void* beta;             // [TT, HV] bf16 or fp32
+    const float* A_log;           // [HV] or null
+    const float* dt_bias;         // [HV * K] or null
+    const float* h0;              // [N, HV, K, V] (V-first: [N, HV, V, K]) or null
+    const int64_t* cu_seqlens;    // [N + 1]
+    const int32_t* chunk_indices; // [NT, 2]: (sequence, chunk within it)
+    const int64_t* chunk_offsets; // [N + 1]: first chunk of each sequence
+    __nv_bfloat16* o;             // [TT, HV, V]
+    float* ht;                    // [N, HV, K, V] (V-first: [N, HV, V, K]) or null
+    __nv_bfloat16* qg;            // workspace [HV, NT, 16, K]
+    __nv_bfloat16* kg;            // workspace [HV, NT, 16, K]
+    __nv_bfloat16* w;             // workspace [HV, NT, 16, K]
+    __nv_bfloat16* u;             // workspace [HV, NT, 16, V]
+    __nv_bfloat16* aqk;           // workspace [HV, NT, 16, 16]
+    float* decay;                 // workspace [HV, NT, K]
+    int64_t N, TT, NT, H, HV, K, V;
+    float scale, lower_bound, beta_scale;
+    int32_t gate;                 // 0: g is the log decay; 1: -exp(A_log) softplus(g + dt_bias); 2: lb sigmoid(...)
+    int32_t l2norm, beta_sigmoid, g_fp32, beta_fp32, v_first, block_v;
+};
+
+namespace {
+
+constexpr int D = 128;            // K = V
+constexpr int BT = 16;            // chunk size
+constexpr int PAD = D + 8;        // bf16 row stride of [16, 128] tiles in shared memory (conflict-free ldmatrix)
+constexpr int APAD = 24;          // bf16 row stride of [16, 16] tiles
+constexpr int K1_WARPS = 4;
+constexpr int K2_STAGES = 4;
+constexpr float LOG2E = 1.4426950408889634f;
+// fast path bound: every anchored factor e^{+-(G_t - G_0)} stays below 2^115 (bf16 / fp32 overflow at 2^128)
+constexpr float RANGE_MAX = 115.0f;
+
+// ---------------------------------------------------------------------------------------------------------------
+// PTX helpers
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(pred ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+// c += a (16x16, row) * b (16x8, col), bf16 inputs, fp32 accumulators
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ float2 unpack_bf16(uint32_t x) {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&x));
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// ldmatrix row address of a 16x16 tile at column col0 (row stride `stride` elements):
+//   A operand (rows x k) and the .trans B operand (k = rows): matrices (r0-7,c0) (r8-15,c0) (r0-7,c8) (r8-15,c8)
+__device__ __forceinline__ const __nv_bfloat16* tile_a(const __nv_bfloat16* base, int stride, int col0, int lane) {
+    return base + ((lane & 7) + ((lane >> 3) & 1) * 8) * stride + col0 + (lane >> 4) * 8;
+}
+
+//   B operand with n = rows, k = columns: matrices (r0-7,c0) (r0-7,c8) (r8-15,c0) (r8-15,c8) = (b0, b1) of two n-tiles
+__device__ __forceinline__ const __nv_bfloat16* tile_bn(const __nv_bfloat16* base, int stride, int col0, int lane) {
+    return base + ((lane & 7) + (lane >> 4) * 8) * stride + col0 + ((lane >> 3) & 1) * 8;
+}
+
+__device__ __forceinline__ float gate_act(float x, float a, float lb, int gate) {
+    if (gate == 1) {  // -a softplus(x)
+        float sp = x > 20.0f ? x : log1pf(__expf(x));
+        return -a * sp;
+    }
+    return lb / (1.0f + __expf(-a * x));  // lb sigmoid(a x)
+}
+
+__device__ __forceinline__ float load_scalar(const void* p, int64_t i, bool f32) {
+    return f32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Kernel 1: chunk-parallel intra-chunk stage. Shared memory per warp: five [16, PAD] bf16 tiles, L [16, 17] fp32,
+// Akk diag(beta) [16, APAD] bf16.
+constexpr int K1_TILE = BT * PAD;
+constexpr int K1_WARP_BYTES = 5 * K1_TILE * 2 + BT * 17 * 4 + BT * APAD * 2;
+
+__global__ void __launch_bounds__(K1_WARPS * 32) kda_intra_fwd_kernel(const FwdArgs a) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t ci = static_cast<int64_t>(blockIdx.x) * K1_WARPS + warp;
+    if (ci >= a.NT) return;  // warp-uniform; kernel 1 synchronises warps only
+    const int64_t hv = blockIdx.y;
+    const int64_t h = hv / (a.HV / a.H);
+    const int64_t seq = a.chunk_indices[2 * ci], local = a.chunk_indices[2 * ci + 1];
+    const int64_t t0 = a.cu_seqlens[seq] + BT * local;
+    const int nvalid = static_cast<int>(min(static_cast<int64_t>(BT), a.cu_seqlens[seq + 1] - t0));
+
+    __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem + warp * K1_WARP_BYTES);  // q -> q e^{G-G0} | w
+    __nv_bfloat16* sk = sq + K1_TILE;        // k -> k e^{G-G0} (slow path: k) | u
+    __nv_bfloat16* sinv = sk + K1_TILE;      // k e^{G0-G} (slow path: G fp32 over sinv and sx)
+    __nv_bfloat16* sx = sinv + K1_TILE;      // k e^{G}
+    __nv_bfloat16* sv = sx + K1_TILE;        // v
+    float* sL = reinterpret_cast<float*>(sv + K1_TILE);
+    __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(sL + BT * 17);
+
+    // 1. q, k, v rows into shared memory (rows past the sequence end are zero-filled)
+    for (int i = lane; i < BT * 16; i += 32) {
+        const int r = i >> 4, p = (i & 15) * 8;
+        const bool ok = r < nvalid;
+        const int64_t t = t0 + (ok ? r : 0);
+        cp_async16(sq + r * PAD + p, a.q + (t * a.H + h) * D + p, ok);
+        cp_async16(sk + r * PAD + p, a.k + (t * a.H + h) * D + p, ok);
+        cp_async16(sv + r * PAD + p, a.v + (t * a.HV + hv) * D + p, ok);
+    }
+    cp_async_commit();
+
+    // 2. gate and in-chunk cumsum (log2 units); lane owns columns c0..c0+3 of every row
+    const int c0 = lane * 4;
+    float G[BT][4];
+    {
+        float raw[BT][4];
+#pragma unroll
+        for (int t = 0; t < BT; ++t) {
+            const int64_t off = ((t0 + (t < nvalid ? t : 0)) * a.HV + hv) * D + c0;
+            if (a.g_fp32) {
+                const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(a.g) + off);
+                raw[t][0] = x.x; raw[t][1] = x.y; raw[t][2] = x.z; raw[t][3] = x.w;
+            } else {
+                const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.g) + off);
+                const float2 lo = unpack_bf16(x.x), hi = unpack_bf16(x.y);
+                raw[t][0] = lo.x; raw[t][1] = lo.y; raw[t][2] = hi.x; raw[t][3] = hi.y;
+            }
+        }
+        float coef = 1.0f, bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (a.gate != 0) {
+            if (a.A_log != nullptr) coef = __expf(a.A_log[hv]);
+            if (a.dt_bias != nullptr) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) bias[e] = a.dt_bias[hv * D + c0 + e];
+            }
+        }
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int t = 0; t < BT; ++t) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float y = a.gate == 0 ? raw[t][e] : gate_act(raw[t][e] + bias[e], coef, a.lower_bound, a.gate);
+                acc[e] += t < nvalid ? y * LOG2E : 0.0f;  // padded rows: no decay, so G[15] = G at the last token
+                G[t][e] = acc[e];
+            }
+        }
+    }
+    float range = 0.0f;
+#pragma unroll
+    for (int t = 1; t < BT; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) range = fmaxf(range, fabsf(G[t][e] - G[0][e]));
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) range = fmaxf(range, __shfl_xor_sync(0xffffffffu, range, m));
+    const bool exact = !(range <= RANGE_MAX);  // NaN-safe: a NaN range takes the exact path
+
+    // decay = e^{G_last}
+    {
+        float4 d;
+        d.x = fast_exp2(G[BT - 1][0]); d.y = fast_exp2(G[BT - 1][1]);
+        d.z = fast_exp2(G[BT - 1][2]); d.w = fast_exp2(G[BT - 1][3]);
+        *reinterpret_cast<float4*>(a.decay + (hv * a.NT + ci) * D + c0) = d;
+    }
+
+    // beta (activated; zero on padded rows), kept by lanes 0..15
+    float beta = 0.0f;
+    if (lane < BT && lane < nvalid) {
+        beta = load_scalar(a.beta, (t0 + lane) * a.HV + hv, a.beta_fp32);
+        if (a.beta_sigmoid) beta = a.beta_scale / (1.0f + __expf(-beta));
+    }
+
+    cp_async_wait<0>();
+    __syncwarp();
+
+    // 3. row norms: lane (row lane / 2, half lane % 2) sums 64 squares; q's factor carries the scale
+    float rq, rk;
+    {
+        const int r = lane >> 1, c = (lane & 1) * 64;
+        float ssq = 0.0f, ssk = 0.0f;
+#pragma unroll
+        for (int p = 0; p < 64; p += 8) {
+            const uint4 xq = *reinterpret_cast<const uint4*>(sq + r * PAD + c + p);
+            const uint4 xk = *reinterpret_cast<const uint4*>(sk + r * PAD + c + p);
+            const uint32_t wq[4] = {xq.x, xq.y, xq.z, xq.w}, wk[4] = {xk.x, xk.y, xk.z, xk.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float2 fq = unpack_bf16(wq[e]), fk = unpack_bf16(wk[e]);
+                ssq += fq.x * fq.x + fq.y * fq.y;
+                ssk += fk.x * fk.x + fk.y * fk.y;
+            }
+        }
+        ssq += __shfl_xor_sync(0xffffffffu, ssq, 1);
+        ssk += __shfl_xor_sync(0xffffffffu, ssk, 1);
+        rq = a.l2norm ? rsqrtf(ssq + 1e-6f) : 1.0f;
+        rk = a.l2norm ? rsqrtf(ssk + 1e-6f) : 1.0f;
+        rq *= a.scale;
+    }
+
+    // 4. element-wise factors (lane owns columns c0..c0+3): qg and kg go straight to the workspace
+    const int64_t tile = (hv * a.NT + ci) * BT;  // first row of this chunk in the [HV, NT, 16, ...] workspaces
+    float* sG = reinterpret_cast<float*>(sinv);  // exact path only: G (fp32) over sinv and sx
+#pragma unroll
+    for (int t = 0; t < BT; ++t) {
+        const float fq = __shfl_sync(0xffffffffu, rq, 2 * t), fk = __shfl_sync(0xffffffffu, rk, 2 * t);
+        const uint2 xq = *reinterpret_cast<const uint2*>(sq + t * PAD + c0);
+        const uint2 xk = *reinterpret_cast<const uint2*>(sk + t * PAD + c0);
+        const float2 q01 = unpack_bf16(xq.x), q23 = unpack_bf16(xq.y);
+        const float2 k01 = unpack_bf16(xk.x), k23 = unpack_bf16(xk.y);
+        const float qs[4] = {q01.x * fq, q01.y * fq, q23.x * fq, q23.y * fq};
+        const float ks[4] = {k01.x * fk, k01.y * fk, k23.x * fk, k23.y * fk};
+        float og[4], okg[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            og[e] = qs[e] * fast_exp2(G[t][e]);
+            okg[e] = ks[e] * fast_exp2(G[BT - 1][e] - G[t][e]);
+        }
+        *reinterpret_cast<uint2*>(a.qg + (tile + t) * D + c0) = make_uint2(pack_bf16(og[0], og[1]), pack_bf16(og[2], og[3]));
+        *reinterpret_cast<uint2*>(a.kg + (tile + t) * D + c0) =
+            make_uint2(pack_bf16(okg[0], okg[1]), pack_bf16(okg[2], okg[3]));
+        if (!exact) {
+            float fa[4], fi[4], fx[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float dg = G[t][e] - G[0][e];
+                fa[e] = fast_exp2(dg);
+                fi[e] = fast_exp2(-dg);
+                fx[e] = ks[e] * fast_exp2(G[t][e]);
+            }
+            *reinterpret_cast<uint2*>(sq + t * PAD + c0) =
+                make_uint2(pack_bf16(qs[0] * fa[0], qs[1] * fa[1]), pack_bf16(qs[2] * fa[2], qs[3] * fa[3]));
+            *reinterpret_cast<uint2*>(sk + t * PAD + c0) =
+                make_uint2(pack_bf16(ks[0] * fa[0], ks[1] * fa[1]), pack_bf16(ks[2] * fa[2], ks[3] * fa[3]));
+            *reinterpret_cast<uint2*>(sinv + t * PAD + c0) =
+                make_uint2(pack_bf16(ks[0] * fi[0], ks[1] * fi[1]), pack_bf16(ks[2] * fi[2], ks[3] * fi[3]));
+            *reinterpret_cast<uint2*>(sx + t * PAD + c0) =
+                make_uint2(pack_bf16(fx[0], fx[1]), pack_bf16(fx[2], fx[3]));
+        } else {
+            *reinterpret_cast<uint2*>(sq + t * PAD + c0) = make_uint2(pack_bf16(qs[0], qs[1]), pack_bf16(qs[2], qs[3]));
+            *reinterpret_cast<uint2*>(sk + t * PAD + c0) = make_uint2(pack_bf16(ks[0], ks[1]), pack_bf16(ks[2], ks[3]));
+            *reinterpret_cast<float4*>(sG + t * D + c0) = make_float4(G[t][0], G[t][1], G[t][2], G[t][3]);
+        }
+    }
+    __syncwarp();
+
+    // 5. Aqk and L (unmasked) in mma accumulator layout: element e of n-tile n is (row i, column j) below
+    float aqk[2][4] = {}, lkk[2][4] = {};
+    const int gi = lane >> 2, gj = (lane & 3) * 2;
+    if (!exact) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            uint32_t fq[4], fk[4], fb[4];
+            ldsm_x4(fq, tile_a(sq, PAD, kk * 16, lane));
+            ldsm_x4(fk, tile_a(sk, PAD, kk * 16, lane));
+            ldsm_x4(fb, tile_bn(sinv, PAD, kk * 16, lane));
+            mma(aqk[0], fq, fb[0], fb[1]);
+            mma(aqk[1], fq, fb[2], fb[3]);
+            mma(lkk[0], fk, fb[0], fb[1]);
+            mma(lkk[1], fk, fb[2], fb[3]);
+        }
+    } else {
+        // exact: sum_d q_i k_j e^{G_i - G_j} with the exponent <= 0 (j <= i), one exp2 per term
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = gi + (e >> 1) * 8, j = n * 8 + gj + (e & 1);
+                if (j > i) continue;
+                float s1 = 0.0f, s2 = 0.0f;
+                for (int d = 0; d < D; ++d) {
+                    const float kd = __bfloat162float(sk[j * PAD + d]) * exp2f(sG[i * D + d] - sG[j * D + d]);
+                    s1 += __bfloat162float(sq[i * PAD + d]) * kd;
+                    s2 += __bfloat162float(sk[i * PAD + d]) * kd;
+                }
+                aqk[n][e] = s1;
+                lkk[n][e] = s2;
+            }
+        }
+        __syncwarp();
+        // k e^{G} into sx (over sG, whose reads are done)
+#pragma unroll
+        for (int t = 0; t < BT; ++t) {
+            const uint2 xk = *reinterpret_cast<const uint2*>(sk + t * PAD + c0);
+            const float2 k01 = unpack_bf16(xk.x), k23 = unpack_bf16(xk.y);
+            *reinterpret_cast<uint2*>(sx + t * PAD + c0) =
+                make_uint2(pack_bf16(k01.x * fast_exp2(G[t][0]), k01.y * fast_exp2(G[t][1])),
+                           pack_bf16(k23.x * fast_exp2(G[t][2]), k23.y * fast_exp2(G[t][3])));
+        }
+    }
+
+    // 6. masks; Aqk to the workspace, beta_i L[i, j] (j < i) to shared memory
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int hrow = 0; hrow < 2; ++hrow) {
+            const int i = gi + hrow * 8, j = n * 8 + gj;
+            const bool vi = i < nvalid;
+            const float bi = __shfl_sync(0xffffffffu, beta, i);
+            const float x0 = vi && j <= i ? aqk[n][2 * hrow] : 0.0f;
+            const float x1 = vi && j + 1 <= i ? aqk[n][2 * hrow + 1] : 0.0f;
+            *reinterpret_cast<uint32_t*>(a.aqk + (tile + i) * BT + j) = pack_bf16(x0, x1);
+            sL[i * 17 + j] = j < i ? bi * lkk[n][2 * hrow] : 0.0f;
+            sL[i * 17 + j + 1] = j + 1 < i ? bi * lkk[n][2 * hrow + 1] : 0.0f;
+        }
+    }
+    __syncwarp();
+
+    // 7. (I + L)^-1 by forward substitution in fp32: lane c (< 16) builds column c; then Akk diag(beta) as bf16
+    {
+        const int c = lane & 15;
+        float x[BT];
+#pragma unroll
+        for (int i = 0; i < BT; ++i) {
+            float s = i == c ? 1.0f : 0.0f;
+#pragma unroll
+            for (int j = 0; j < i; ++j) s -= sL[i * 17 + j] * x[j];
+            x[i] = s;
+        }
+        const float bc = __shfl_sync(0xffffffffu, beta, c);
+        if (lane < BT) {
+#pragma unroll
+            for (int i = 0; i < BT; ++i) sA[i * APAD + c] = __float2bfloat16_rn(x[i] * bc);
+        }
+    }
+    __syncwarp();
+
+    // 8. w = Akk diag(beta) k e^{G} into sq, u = Akk diag(beta) v into sk (their old contents are dead)
+    {
+        uint32_t fa[4];
+        ldsm_x4(fa, tile_a(sA, APAD, 0, lane));
+#pragma unroll
+        for (int np = 0; np < D / 16; ++np) {
+            uint32_t fx[4], fv[4];
+            ldsm_x4_t(fx, tile_a(sx, PAD, np * 16, lane));
+            ldsm_x4_t(fv, tile_a(sv, PAD, np * 16, lane));
+            float cw[2][4] = {}, cu[2][4] = {};
+            mma(cw[0], fa, fx[0], fx[1]);
+            mma(cw[1], fa, fx[2], fx[3]);
+            mma(cu[0], fa, fv[0], fv[1]);
+            mma(cu[1], fa, fv[2], fv[3]);
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+                const int col = np * 16 + n * 8 + gj;
+                *reinterpret_cast<uint32_t*>(sq + gi * PAD + col) = pack_bf16(cw[n][0], cw[n][1]);
+                *reinterpret_cast<uint32_t*>(sq + (gi + 8) * PAD + col) = pack_bf16(cw[n][2], cw[n][3]);
+                *reinterpret_cast<uint32_t*>(sk + gi * PAD + col) = pack_bf16(cu[n][0], cu[n][1]);
+                *reinterpret_cast<uint32_t*>(sk + (gi + 8) * PAD + col) = pack_bf16(cu[n][2], cu[n][3]);
+            }
+        }
+    }
+    __syncwarp();
+    for (int i = lane; i < BT * 16; i += 32) {
+        const int r = i >> 4, p = (i & 15) * 8;
+        *reinterpret_cast<uint4*>(a.w + (tile + r) * D + p) = *reinterpret_cast<const uint4*>(sq + r * PAD + p);
+        *reinterpret_cast<uint4*>(a.u + (tile + r) * D + p) = *reinterpret_cast<const uint4*>(sk + r * PAD + p);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Kernel 2: head-parallel recurrence and output. Warp `wv` owns rows [16 wv, 16 wv + 16) of the CTA's BV columns
+// of the state, transposed: S^T[v, k] in mma accumulator layout, 16 n-tiles of 8 k-columns.
+constexpr int K2_STAGE_BYTES = 3 * K1_TILE * 2 + BT * (64 + 8) * 2 + BT * APAD * 2 + D * 4;
+
+template <int BV>
+__global__ void __launch_bounds__(BV * 2) kda_state_fwd_kernel(const FwdArgs a) {
+    constexpr int THREADS = BV * 2, UPAD = BV + 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
+    const int64_t vblocks = D / BV;
+    const int64_t n = blockIdx.x / vblocks, vb = blockIdx.x % vblocks;
+    const int64_t hv = blockIdx.y;
+    const int64_t bos = a.cu_seqlens[n], len = a.cu_seqlens[n + 1] - bos;
+    const int64_t nch = (len + BT - 1) / BT, c_first = a.chunk_offsets[n];
+
+    auto stage_ptr = [&](int s) { return smem + s * K2_STAGE_BYTES; };
+    auto load_stage = [&](int64_t c, int s) {
+        __nv_bfloat16* sw = reinterpret_cast<__nv_bfloat16*>(stage_ptr(s));
+        __nv_bfloat16* sqg = sw + K1_TILE;
+        __nv_bfloat16* skg = sqg + K1_TILE;
+        __nv_bfloat16* su = skg + K1_TILE;
+        __nv_bfloat16* sa = su + BT * 72;
+        float* sdec = reinterpret_cast<float*>(sa + BT * APAD);
+        const int64_t tile = (hv * a.NT + c_first + c) * BT;
+        for (int i = tid; i < BT * 16; i += THREADS) {
+            const int r = i >> 4, p = (i & 15) * 8;
+            cp_async16(sw + r * PAD + p, a.w + (tile + r) * D + p, true);
+            cp_async16(sqg + r * PAD + p, a.qg + (tile + r) * D + p, true);
+            cp_async16(skg + r * PAD + p, a.kg + (tile + r) * D + p, true);
+        }
+        for (int i = tid; i < BT * (BV / 8); i += THREADS) {
+            const int r = i / (BV / 8), p = (i % (BV / 8)) * 8;
+            cp_async16(su + r * 72 + p, a.u + (tile + r) * D + vb * BV + p, true);
+        }
+        for (int i = tid; i < BT * 2 + D / 4; i += THREADS) {
+            if (i < BT * 2) {
+                cp_async16(sa + (i >> 1) * APAD + (i & 1) * 8, a.aqk + (tile + (i >> 1)) * BT + (i & 1) * 8, true);
+            } else {
+                const int p = (i - BT * 2) * 4;
+                cp_async16(sdec + p, a.decay + (hv * a.NT + c_first + c) * D + p, true);
+            }
+        }
+    };
+
+    // state: s[n][e] = S^T[v, k], v = 16 warp + gi (+8 for e >= 2), k = 8 n + gj (+1 for odd e)
+    const int gi = lane >> 2, gj = (lane & 3) * 2;
+    const int64_t v0 = vb * BV + warp * 16 + gi;
+    const int64_t state = (n * a.HV + hv) * D * D;
+    float s[16][4];
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
+            s[nt][e] = a.h0 == nullptr ? 0.0f : a.h0[state + (a.v_first ? v * D + kcol : kcol * D + v)];
+        }
+    }
+
+#pragma unroll
+    for (int st = 0; st < K2_STAGES - 1; ++st) {
+        if (st < nch) load_stage(st, st);
+        cp_async_commit();
+    }
+    __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(stage_ptr(K2_STAGES));  // [16, UPAD] output tile
+
+    for (int64_t c = 0; c < nch; ++c) {
+        cp_async_wait<K2_STAGES - 2>();
+        __syncthreads();
+        if (c + K2_STAGES - 1 < nch) load_stage(c + K2_STAGES - 1, static_cast<int>((c + K2_STAGES - 1) % K2_STAGES));
+        cp_async_commit();
+        const unsigned char* base = stage_ptr(static_cast<int>(c % K2_STAGES));
+        const __nv_bfloat16* sw = reinterpret_cast<const __nv_bfloat16*>(base);
+        const __nv_bfloat16* sqg = sw + K1_TILE;
+        const __nv_bfloat16* skg = sqg + K1_TILE;
+        const __nv_bfloat16* su = skg + K1_TILE;
+        const __nv_bfloat16* sa = su + BT * 72;
+        const float* sdec = reinterpret_cast<const float*>(sa + BT * APAD);
+
+        // w S and qg S (transposed: S^T w^T, S^T qg^T); two accumulator chains each to shorten the dependency
+        float vw[2][2][4] = {}, oo[2][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            uint32_t fs[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t fw[4], fq[4];
+            ldsm_x4(fw, tile_bn(sw, PAD, kk * 16, lane));
+            ldsm_x4(fq, tile_bn(sqg, PAD, kk * 16, lane));
+            mma(vw[kk & 1][0], fs, fw[0], fw[1]);
+            mma(vw[kk & 1][1], fs, fw[2], fw[3]);
+            mma(oo[0], fs, fq[0], fq[1]);
+            mma(oo[1], fs, fq[2], fq[3]);
+        }
+        // v_new^T = u^T - S^T w^T, as the bf16 A operand (16 v-rows x 16 tokens)
+        float vn[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int vl = warp * 16 + gi + (e >> 1) * 8, j = nt * 8 + gj + (e & 1);
+                vn[nt][e] = __bfloat162float(su[j * 72 + vl]) - (vw[0][nt][e] + vw[1][nt][e]);
+            }
+        }
+        const uint32_t fv[4] = {pack_bf16(vn[0][0], vn[0][1]), pack_bf16(vn[0][2], vn[0][3]),
+                                pack_bf16(vn[1][0], vn[1][1]), pack_bf16(vn[1][2], vn[1][3])};
+        // o^T += v_new^T Aqk^T
+        {
+            uint32_t fa[4];
+            ldsm_x4(fa, tile_bn(sa, APAD, 0, lane));
+            mma(oo[0], fv, fa[0], fa[1]);
+            mma(oo[1], fv, fa[2], fa[3]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int vl = warp * 16 + gi + (e >> 1) * 8, j = nt * 8 + gj + (e & 1);
+                so[j * UPAD + vl] = __float2bfloat16_rn(oo[nt][e]);
+            }
+        }
+        // S^T <- S^T diag(decay) + v_new^T kg
+#pragma unroll
+        for (int np = 0; np < D / 16; ++np) {
+            uint32_t fk[4];
+            ldsm_x4_t(fk, tile_a(skg, PAD, np * 16, lane));
+#pragma unroll
+            for (int h2 = 0; h2 < 2; ++h2) {
+                const int nt = 2 * np + h2;
+                const float2 dec = *reinterpret_cast<const float2*>(sdec + nt * 8 + gj);
+                s[nt][0] *= dec.x; s[nt][1] *= dec.y; s[nt][2] *= dec.x; s[nt][3] *= dec.y;
+                mma(s[nt], fv, fk[2 * h2], fk[2 * h2 + 1]);
+            }
+        }
+        __syncthreads();
+        for (int i = tid; i < BT * (BV / 8); i += THREADS) {
+            const int r = i / (BV / 8), p = (i % (BV / 8)) * 8;
+            if (c * BT + r < len) {
+                *reinterpret_cast<uint4*>(a.o + ((bos + c * BT + r) * a.HV + hv) * D + vb * BV + p) =
+                    *reinterpret_cast<const uint4*>(so + r * UPAD + p);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    if (a.ht != nullptr) {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
+                a.ht[state + (a.v_first ? v * D + kcol : kcol * D + v)] = s[nt][e];
+            }
+        }
+    }
+}
+
+template <int BV>
+constexpr int k2_smem_bytes() { return K2_STAGES * K2_STAGE_BYTES + BT * (BV + 8) * 2; }
+
+// ---------------------------------------------------------------------------------------------------------------
+// host side: validation (nothing reaches a kernel unless every pointer is device memory of the current device,
+// aligned, and every size fits the grids), then the two launches on the caller's stream
+
+int fail(char* err, int errlen, const char* msg) {
+    if (err != nullptr && errlen > 0) snprintf(err, errlen, "%s", msg);
+    return 1;
+}
+
+bool on_device(const void* p, int device) {
+    cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) && attr.device == device;
+}
+
+}  // namespace
+
+extern "C" int kda_fwd_args_size() { return static_cast<int>(sizeof(FwdArgs)); }
+
+extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen) {
+    if (args == nullptr) return fail(err, errlen, "kda_fwd: args is null");
+    const FwdArgs& a = *args;
+    char msg[512];
+    if (a.K != D || a.V != D) {
+        snprintf(msg, sizeof msg, "kda_fwd: K and V must be %d, got K=%lld V=%lld", D, (long long)a.K, (long long)a.V);
+        return fail(err, errlen, msg);
+    }
+    if (a.N < 1 || a.TT < 0 || a.NT < 0 || a.H < 1 || a.HV < a.H || a.HV % a.H != 0 || a.HV > 65535) {
+        snprintf(msg, sizeof msg, "kda_fwd: bad sizes N=%lld TT=%lld NT=%lld H=%lld HV=%lld (need N >= 1, H >= 1, "
+                 "HV a multiple of H, HV <= 65535)", (long long)a.N, (long long)a.TT, (long long)a.NT, (long long)a.H,
+                 (long long)a.HV);
+        return fail(err, errlen, msg);
+    }
+    if (a.block_v != 32 && a.block_v != 64) {
+        snprintf(msg, sizeof msg, "kda_fwd: block_v must be 32 or 64, got %d", a.block_v);
+        return fail(err, errlen, msg);
+    }
+    if (a.gate < 0 || a.gate > 2) return fail(err, errlen, "kda_fwd: gate must be 0, 1 or 2");
+    if (a.gate == 1 && a.A_log == nullptr) return fail(err, errlen, "kda_fwd: the softplus gate needs A_log");
+    const int64_t blocks1 = (a.NT + K1_WARPS - 1) / K1_WARPS, blocks2 = a.N * (D / a.block_v);
+    if (blocks1 > 0x7fffffffLL || blocks2 > 0x7fffffffLL) return fail(err, errlen, "kda_fwd: grid too large");
+    if (a.TT == 0) return 0;
+
+    int device = -1;
+    if (cudaGetDevice(&device) != cudaSuccess) return fail(err, errlen, "kda_fwd: no current CUDA device");
+    struct Ptr { const void* p; const char* name; int align; bool required; };
+    const Ptr ptrs[] = {
+        {a.q, "q", 16, true}, {a.k, "k", 16, true}, {a.v, "v", 16, true}, {a.g, "g", a.g_fp32 ? 16 : 8, true},
+        {a.beta, "beta", 4, true}, {a.A_log, "A_log", 4, false}, {a.dt_bias, "dt_bias", 4, false},
+        {a.h0, "initial_state", 4, false}, {a.cu_seqlens, "cu_seqlens", 8, true},
+        {a.chunk_indices, "chunk_indices", 8, true}, {a.chunk_offsets, "chunk_offsets", 8, true},
+        {a.o, "o", 16, true}, {a.ht, "final_state", 4, false}, {a.qg, "qg", 16, true}, {a.kg, "kg", 16, true},
+        {a.w, "w", 16, true}, {a.u, "u", 16, true}, {a.aqk, "aqk", 16, true}, {a.decay, "decay", 16, true},
+    };
+    for (const Ptr& p : ptrs) {
+        if (p.p == nullptr) {
+            if (!p.required) continue;
+            snprintf(msg, sizeof msg, "kda_fwd: %s is null", p.name);
+            return fail(err, errlen, msg);
+        }
+        if (reinterpret_cast<uintptr_t>(p.p) % p.align != 0) {
+            snprintf(msg, sizeof msg, "kda_fwd: %s is not %d-byte aligned", p.name, p.align);
+            return fail(err, errlen, msg);
+        }
+        if (!on_device(p.p, device)) {
+            snprintf(msg, sizeof msg, "kda_fwd: %s is not memory of the current CUDA device %d", p.name, device);
+            return fail(err, errlen, msg);
+        }
+    }
+
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    cudaError_t e;
+    const int smem1 = K1_WARPS * K1_WARP_BYTES;
+    if ((e = cudaFuncSetAttribute(kda_intra_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem1)) !=
+        cudaSuccess) {
+        snprintf(msg, sizeof msg, "kda_fwd: cudaFuncSetAttribute(intra, %d B): %s", smem1, cudaGetErrorString(e));
+        return fail(err, errlen, msg);
+    }
+    if (blocks1 > 0) {
+        kda_intra_fwd_kernel<<<dim3(static_cast<unsigned>(blocks1), static_cast<unsigned>(a.HV)), K1_WARPS * 32, smem1,
+                               s>>>(a);
+        if ((e = cudaGetLastError()) != cudaSuccess) {
+            snprintf(msg, sizeof msg, "kda_fwd: intra launch: %s", cudaGetErrorString(e));
+            return fail(err, errlen, msg);
+        }
+    }
+    const dim3 grid2(static_cast<unsigned>(blocks2), static_cast<unsigned>(a.HV));
+    if (a.block_v == 64) {
+        const int smem2 = k2_smem_bytes<64>();
+        e = cudaFuncSetAttribute(kda_state_fwd_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2);
+        if (e == cudaSuccess) {
+            kda_state_fwd_kernel<64><<<grid2, 128, smem2, s>>>(a);
+            e = cudaGetLastError();
+        }
+    } else {
+        const int smem2 = k2_smem_bytes<32>();
+        e = cudaFuncSetAttribute(kda_state_fwd_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2);
+        if (e == cudaSuccess) {
+            kda_state_fwd_kernel<32><<<grid2, 64, smem2, s>>>(a);
+            e = cudaGetLastError();
+        }
+    }
+    if (e != cudaSuccess) {
+        snprintf(msg, sizeof msg, "kda_fwd: state launch: %s", cudaGetErrorString(e));
+        return fail(err, errlen, msg);
+    }
+    return 0;
+}

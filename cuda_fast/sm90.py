@@ -1,0 +1,194 @@
+"""The compiled CUDA forward of ``chunk_kda`` for Hopper (sm_90a) and Blackwell (sm_100a): backend ``sm90``.
+
+Scope (the verifier declines everything else, with the reason): inference (no autograd graph), bf16 q/k/v,
+K = V = 128, g bf16 or fp32, beta bf16 or fp32; every gate form (pre-gated, softplus, lower bound), l2norm and beta
+sigmoid in kernel, allow_neg_eigval, GVA, varlen, fp32 initial/final state in both layouts. ``chunk_size`` only
+steers Triton's numerics: this backend always works on 16-token chunks (cuda_fast/csrc/kda_fwd.cu).
+
+The library is built by nvcc on first use (``cuda_fast.build``: cached, plain C ABI, loaded through ctypes), never
+at import. ``kda_fwd`` validates sizes, alignment and that every pointer is memory of the current device before it
+launches anything; no device-to-host synchronisation happens on the call (varlen plans come from the CPU copy of
+cu_seqlens).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+import os
+from typing import NamedTuple
+
+import torch
+
+from cuda_fast.build import CAPABILITY_TARGETS, library
+from cuda_fast.registry import Backend, register
+
+NAME = "sm90"
+OP = "chunk_kda_fwd"
+ENV_SWITCH = "TRITON_KDA_SM90"
+BLOCK_V_ENV = "TRITON_KDA_SM90_BLOCK_V"
+BT = 16
+D = 128
+GATE_NONE, GATE_SOFTPLUS, GATE_LOWER_BOUND = 0, 1, 2
+
+
+class FwdArgs(ctypes.Structure):
+    """Mirror of ``FwdArgs`` in kda_fwd.cu (the library reports its size, checked at load)."""
+
+    _fields_ = [
+        *((name, ctypes.c_void_p) for name in (
+            "q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0", "cu_seqlens", "chunk_indices", "chunk_offsets",
+            "o", "ht", "qg", "kg", "w", "u", "aqk", "decay")),
+        *((name, ctypes.c_int64) for name in ("N", "TT", "NT", "H", "HV", "K", "V")),
+        *((name, ctypes.c_float) for name in ("scale", "lower_bound", "beta_scale")),
+        *((name, ctypes.c_int32) for name in (
+            "gate", "l2norm", "beta_sigmoid", "g_fp32", "beta_fp32", "v_first", "block_v")),
+    ]
+
+
+def verify(args: dict) -> tuple[bool, str]:
+    """Whether this backend takes a ``chunk_kda`` call (``args``: see ``triton_kda.chunk._backend_args``)."""
+    if args["requires_grad"]:
+        return False, "forward only: a backward may follow (grad mode on and an input requires grad)"
+    if args["return_intermediate_states"]:
+        return False, "return_intermediate_states is not supported"
+    if args["dtype"] != torch.bfloat16:
+        return False, f"q/k/v must be bfloat16, got {args['dtype']}"
+    if args["K"] != D or args["V"] != D:
+        return False, f"needs K = V = {D}, got K={args['K']} V={args['V']}"
+    if args["g"].dtype not in (torch.bfloat16, torch.float32):
+        return False, f"g must be bfloat16 or float32, got {args['g'].dtype}"
+    if args["HV"] > 65535:
+        return False, f"HV={args['HV']} exceeds the grid limit 65535"
+    for name, align in (("q", 16), ("k", 16), ("v", 16), ("g", 16), ("beta", 4)):
+        t = args[name]
+        if t.is_contiguous() and t.data_ptr() % align:
+            return False, f"{name}'s data pointer is not {align}-byte aligned"
+    return True, "bf16, K = V = 128, inference"
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def block_v(N: int, HV: int, device: torch.device) -> int:
+    """State columns per program of the recurrence kernel: 32 (twice the programs) when 64-wide blocks would leave
+    SMs idle, else 64; ``TRITON_KDA_SM90_BLOCK_V`` overrides."""
+    forced = os.environ.get(BLOCK_V_ENV)
+    if forced:
+        if forced not in ("32", "64"):
+            raise ValueError(f"{BLOCK_V_ENV} must be 32 or 64, got {forced!r}")
+        return int(forced)
+    return 64 if N * HV * (D // 64) >= _sm_count(device) else 32
+
+
+class _Library:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(str(path))
+        self.lib.kda_fwd.restype = ctypes.c_int
+        self.lib.kda_fwd.argtypes = [ctypes.POINTER(FwdArgs), ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+        self.lib.kda_fwd_args_size.restype = ctypes.c_int
+        size = self.lib.kda_fwd_args_size()
+        if size != ctypes.sizeof(FwdArgs):
+            raise RuntimeError(f"{path}: FwdArgs is {size} bytes in the library, {ctypes.sizeof(FwdArgs)} in Python")
+
+    def __call__(self, args: FwdArgs, stream: int) -> None:
+        err = ctypes.create_string_buffer(512)
+        if self.lib.kda_fwd(ctypes.byref(args), ctypes.c_void_p(stream), err, len(err)) != 0:
+            raise RuntimeError(err.value.decode(errors="replace"))
+
+
+@functools.cache
+def load_library(target: str) -> _Library:
+    """The built library for a target ("90a" or "100a"); builds it on first use."""
+    return _Library(library(target))
+
+
+class Workspace(NamedTuple):
+    """The intra stage's outputs, chunk-padded and head-major (rows past a sequence end are zero); NT counts
+    16-token chunks (``triton_kda.chunk_fwd.plan_chunks`` with BT = 16)."""
+    qg: torch.Tensor     # [HV, NT, 16, K] bf16: scale * q * exp(G)
+    kg: torch.Tensor     # [HV, NT, 16, K] bf16: k * exp(G_last - G)
+    w: torch.Tensor      # [HV, NT, 16, K] bf16: Akk (beta * k * exp(G))
+    u: torch.Tensor      # [HV, NT, 16, V] bf16: Akk (beta * v)
+    aqk: torch.Tensor    # [HV, NT, 16, 16] bf16: scale * q_i k_j exp(G_i - G_j), j <= i
+    decay: torch.Tensor  # [HV, NT, K] fp32: exp(G_last)
+
+
+class FwdOut(NamedTuple):
+    o: torch.Tensor                    # [B, T, HV, V] bf16
+    final_state: torch.Tensor | None   # [N, HV, K, V] fp32 ([N, HV, V, K] V-first)
+    workspace: Workspace
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, out=None, final_state=None,
+            poison_workspace=False) -> FwdOut:
+    """The forward on [B, T, ...] tensors (p: the validated ``KDAProblem``, flags: ``chunk_kda``'s options).
+
+    ``out`` / ``final_state`` may be given (tests pass NaN-filled buffers to catch unwritten elements);
+    ``poison_workspace`` fills the intermediate workspaces with NaN first (tests)."""
+    from triton_kda.chunk_fwd import plan_chunks  # triton_kda imports cuda_fast: import at call time
+
+    B, T, HV, V = v.shape
+    dev = q.device
+    cc = torch.cuda.get_device_capability(dev)
+    if cc not in CAPABILITY_TARGETS:
+        raise RuntimeError(f"the {NAME} backend has no build for compute capability {cc[0]}.{cc[1]}")
+    lib = load_library(CAPABILITY_TARGETS[cc])
+    plan = plan_chunks(B, T, BT, dev, p.seqlens_cpu)
+    NT = plan.NT
+    bf16 = dict(device=dev, dtype=torch.bfloat16)
+    fill = torch.full if poison_workspace else (lambda shape, _value, **kw: torch.empty(shape, **kw))
+    qg, kg, w, u = (fill((HV, NT, BT, D), math.nan, **bf16) for _ in range(4))
+    aqk = fill((HV, NT, BT, BT), math.nan, **bf16)
+    decay = fill((HV, NT, D), math.nan, device=dev, dtype=torch.float32)
+    o = torch.empty_like(v) if out is None else out
+    ht = final_state
+    if flags["output_final_state"] and ht is None:
+        ht = torch.empty(p.N, HV, D, D, device=dev, dtype=torch.float32)
+    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
+    a_log = A_log.reshape(-1).float().contiguous() if A_log is not None else None
+    bias = dt_bias.reshape(-1).float().contiguous() if dt_bias is not None else None
+    h0 = initial_state.contiguous() if initial_state is not None else None
+    lower_bound = flags["lower_bound"]
+    gate = GATE_NONE if not flags["use_gate_in_kernel"] else GATE_SOFTPLUS if lower_bound is None else GATE_LOWER_BOUND
+    args = FwdArgs(
+        q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta), A_log=_ptr(a_log), dt_bias=_ptr(bias),
+        h0=_ptr(h0), cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices),
+        chunk_offsets=_ptr(plan.chunk_offsets), o=_ptr(o), ht=_ptr(ht) if flags["output_final_state"] else None,
+        qg=_ptr(qg), kg=_ptr(kg), w=_ptr(w), u=_ptr(u), aqk=_ptr(aqk), decay=_ptr(decay),
+        N=p.N, TT=B * T, NT=NT, H=p.H, HV=HV, K=p.K, V=V, scale=p.scale,
+        lower_bound=lower_bound if lower_bound is not None else 0.0,
+        beta_scale=2.0 if flags["allow_neg_eigval"] else 1.0, gate=gate,
+        l2norm=int(flags["use_qk_l2norm_in_kernel"]), beta_sigmoid=int(flags["use_beta_sigmoid_in_kernel"]),
+        g_fp32=int(g.dtype == torch.float32), beta_fp32=int(beta.dtype == torch.float32), v_first=int(p.state_v_first),
+        block_v=block_v(p.N, HV, dev),
+    )
+    with torch.cuda.device(dev):
+        lib(args, torch.cuda.current_stream(dev).cuda_stream)
+    return FwdOut(o, ht if flags["output_final_state"] else None, Workspace(qg, kg, w, u, aqk, decay))
+
+
+def chunk_kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, p, flags):
+    """The registry's entry point (``triton_kda.chunk`` documents the call); cu_seqlens is read from p's CPU copy."""
+    out = kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags)
+    return out.o, out.final_state
+
+
+def _load():
+    """Build (or find in the cache) the library for the current device when the backend is first chosen: a build
+    that fails removes the backend, with nvcc's message as the reason."""
+    load_library(CAPABILITY_TARGETS[torch.cuda.get_device_capability()])
+    return chunk_kda_fwd
+
+
+BACKEND = Backend(
+    name=NAME, ops={OP}, capabilities=frozenset(CAPABILITY_TARGETS), priority=10, env_switch=ENV_SWITCH,
+    verifiers={OP: verify}, loader=_load,
+)
+register(BACKEND)

@@ -1,0 +1,269 @@
+"""cuda_fast's sm90 backend (the compiled CUDA forward): build, C entry point, verifier and registration on any
+machine with nvcc; on an sm_90 / sm_100 GPU, the forward against the fp64 oracles (end to end and stage by stage),
+with NaN-poisoned outputs and workspaces, run-to-run bit equality, strict causality and the dispatch."""
+import math
+import shutil
+
+import pytest
+import torch
+
+import cuda_fast
+from cuda_fast import build, sm90
+from cuda_fast.registry import ENV_VAR, BackendDeclined, Registry
+from reference.kda import kda_chunk, kda_recurrent
+from tests.utils import assert_close, case_id, make_inputs
+from triton_kda import chunk_kda
+from triton_kda._validate import validate_chunk_kda
+from triton_kda.chunk import _backend_args
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+on_target = torch.cuda.is_available() and torch.cuda.get_device_capability() in build.CAPABILITY_TARGETS
+needs_target = pytest.mark.skipif(not on_target, reason="needs an sm_90 or sm_100 GPU")
+
+
+def _prepare(d: dict, **extra):
+    """(p, flags, backend args) exactly as chunk_kda builds them for the kwargs dict d."""
+    kw = {**d, **extra}
+    get = kw.get
+    p = validate_chunk_kda(
+        kw["q"], kw["k"], kw["v"], kw["g"], kw["beta"], get("scale"), get("initial_state"),
+        get("output_final_state", False), get("use_qk_l2norm_in_kernel", False), get("use_gate_in_kernel", False),
+        get("use_beta_sigmoid_in_kernel", False), get("allow_neg_eigval", False), get("safe_gate", False),
+        get("lower_bound"), False, get("return_intermediate_states", False), get("state_v_first", False),
+        get("cu_seqlens"), get("cu_seqlens_cpu"), None, False, None,
+        {name: kw[name] for name in ("A_log", "dt_bias") if name in kw},
+    )
+    flags = dict(
+        output_final_state=get("output_final_state", False),
+        use_qk_l2norm_in_kernel=get("use_qk_l2norm_in_kernel", False),
+        use_gate_in_kernel=get("use_gate_in_kernel", False),
+        use_beta_sigmoid_in_kernel=get("use_beta_sigmoid_in_kernel", False),
+        allow_neg_eigval=get("allow_neg_eigval", False),
+        lower_bound=get("lower_bound") if get("use_gate_in_kernel", False) else None,
+        disable_recompute=False, return_intermediate_states=get("return_intermediate_states", False),
+        safe_gate=get("safe_gate", False),
+    )
+    args = _backend_args(kw["q"], kw["k"], kw["v"], kw["g"], kw["beta"], get("initial_state"), get("cu_seqlens"),
+                         p, flags)
+    return p, flags, args
+
+
+KIMI = dict(use_gate_in_kernel=True, lower_bound=-5.0, safe_gate=True, use_beta_sigmoid_in_kernel=True,
+            use_qk_l2norm_in_kernel=True)
+
+
+# ---- any machine --------------------------------------------------------------------------------------------------
+
+@needs_nvcc
+def test_cubins_compile_for_sm90a_and_sm100a(tmp_path):
+    cubins = build.compile_cubins(tmp_path)
+    assert sorted(c.name for c in cubins) == ["kda_fwd.sm100a.cubin", "kda_fwd.sm90a.cubin"]
+    assert all(c.stat().st_size > 10_000 for c in cubins)
+
+
+@needs_nvcc
+def test_library_abi_and_entry_point_validation(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    lib = sm90._Library(build.library("90a"))  # checks sizeof(FwdArgs) against the library's
+    assert build.library("90a") == next(tmp_path.glob("*.so"))  # cached: no second file
+
+    def call(**fields):
+        base = dict(N=1, TT=4, NT=1, H=1, HV=1, K=128, V=128, block_v=64, gate=0)
+        with pytest.raises(RuntimeError) as info:
+            lib(sm90.FwdArgs(**{**base, **fields}), 0)
+        return str(info.value)
+
+    assert "K and V must be 128, got K=64 V=128" in call(K=64)
+    assert "HV a multiple of H" in call(H=2, HV=3)
+    assert "block_v must be 32 or 64, got 16" in call(block_v=16)
+    assert "the softplus gate needs A_log" in call(gate=1)
+    if not torch.cuda.is_available():
+        assert "no current CUDA device" in call()
+    else:
+        assert "q is null" in call()
+        host = torch.zeros(64)
+        assert "q is not memory of the current CUDA device" in call(q=host.data_ptr())
+
+
+def test_build_reports_a_missing_nvcc(monkeypatch):
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    with pytest.raises(build.BuildError, match="nvcc not found"):
+        build.nvcc_path()
+
+
+def _bf16_args(**extra):
+    opts = {k: v for k, v in KIMI.items() if k != "safe_gate"}
+    d = make_inputs(1, 40, 2, 4, 128, 128, dtype=torch.bfloat16, device="cpu", **opts)
+    return _prepare(d, safe_gate=True, **extra)[2]
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(requires_grad=True), "forward only"),
+    (dict(return_intermediate_states=True), "return_intermediate_states"),
+    (dict(dtype=torch.float16), "must be bfloat16"),
+    (dict(K=64), "needs K = V = 128"),
+    (dict(HV=70000), "grid limit"),
+], ids=["grad", "intermediate-states", "fp16", "K64", "HV70000"])
+def test_verifier_declines_with_reason(change, reason):
+    args = _bf16_args()
+    ok, _ = sm90.verify(args)
+    assert ok
+    ok, why = sm90.verify({**args, **change})
+    assert not ok and reason in why
+
+
+def test_verifier_declines_fp16_gate_and_misaligned_inputs():
+    args = _bf16_args()
+    ok, why = sm90.verify({**args, "g": args["g"].half()})
+    assert not ok and "g must be bfloat16 or float32" in why
+    q = torch.zeros(args["q"].numel() + 1, dtype=torch.bfloat16)[1:].view_as(args["q"])
+    ok, why = sm90.verify({**args, "q": q})
+    assert not ok and "q's data pointer is not 16-byte aligned" in why
+
+
+def test_registered_for_sm90_and_sm100_and_build_failure_falls_back(monkeypatch):
+    assert sm90.BACKEND in cuda_fast.registered()
+    assert sm90.BACKEND.supports((9, 0)) and sm90.BACKEND.supports((10, 0)) and not sm90.BACKEND.supports((8, 9))
+
+    def broken(target):
+        raise build.BuildError("nvcc not found")
+
+    monkeypatch.setattr(sm90, "load_library", broken)
+    monkeypatch.setattr(sm90.torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    reg = Registry(capability_fn=lambda device: (9, 0))
+    reg.register(sm90.BACKEND)
+    sel = reg.select(sm90.OP, _bf16_args(), "cpu")
+    assert sel.fn is None and "loader failed: BuildError: nvcc not found" in sel.reason
+
+
+def test_forcing_sm90_on_cpu_inputs_raises(monkeypatch):
+    monkeypatch.setenv(ENV_VAR, "sm90")
+    d = make_inputs(1, 8, 1, 1, 128, 128, device="cpu")
+    with pytest.raises(BackendDeclined, match="not a CUDA device"):
+        chunk_kda(**d)
+
+
+# ---- sm_90 / sm_100 GPU -------------------------------------------------------------------------------------------
+
+# (B, T, H, HV, seqlens, options)
+CASES = [
+    (2, 130, 2, 4, None, dict(KIMI, initial_state=True)),
+    (1, 300, 1, 1, None, dict(KIMI)),
+    (1, 253, 2, 2, [0, 1, 17, 100, 0, 135], dict(KIMI, initial_state=True, state_v_first=True)),
+    (2, 77, 1, 2, None, dict(use_qk_l2norm_in_kernel=True)),  # pre-gated logsigmoid, post-sigmoid beta
+    (1, 96, 2, 2, None, dict(gate="strong", use_qk_l2norm_in_kernel=True, initial_state=True)),  # exact path
+    (1, 64, 1, 1, None, dict(use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True)),  # softplus gate
+    (1, 50, 1, 2, None, dict(use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True, use_qk_l2norm_in_kernel=True)),
+]
+
+
+def _case_inputs(case, seed=0, **extra):
+    B, T, H, HV, seqlens, opts = case
+    opts = dict(opts)
+    safe_gate = opts.pop("safe_gate", False)
+    d = make_inputs(B, T, H, HV, 128, 128, dtype=torch.bfloat16, device="cuda", seqlens=seqlens,
+                    output_final_state=True, seed=seed, **opts, **extra)
+    d["safe_gate"] = safe_gate
+    return d
+
+
+def _run(d, **kw):
+    p, flags, args = _prepare(d)
+    ok, why = sm90.verify(args)
+    assert ok, why
+    ins = [d[name] for name in ("q", "k", "v", "g", "beta")]
+    return sm90.kda_fwd(*ins, p.A_log, p.dt_bias, d.get("initial_state"), p, flags, **kw)
+
+
+def _poisoned(d):
+    o = torch.full_like(d["v"], math.nan)
+    N = len(d["cu_seqlens"]) - 1 if "cu_seqlens" in d else d["q"].shape[0]
+    HV = d["v"].shape[2]
+    return dict(out=o, final_state=torch.full((N, HV, 128, 128), math.nan, device="cuda"), poison_workspace=True)
+
+
+TAGS = ["kimi-h0", "kimi", "kimi-varlen-h0-vfirst", "pregated", "strong-exact", "softplus", "negeig"]
+CASE_IDS = [case_id(B=c[0], T=c[1], H=c[2], HV=c[3]) + f"-{tag}" for c, tag in zip(CASES, TAGS, strict=True)]
+
+
+@pytest.mark.gpu
+@needs_target
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_forward_matches_fp64_oracle(case):
+    d = _case_inputs(case)
+    out = _run(d, **_poisoned(d))
+    ref_o, ref_ht = kda_recurrent(**d)
+    assert_close("o", out.o, ref_o, 5e-3)
+    assert_close("final_state", out.final_state, ref_ht, 5e-3)
+
+
+@pytest.mark.gpu
+@needs_target
+@pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[4]], ids=[CASE_IDS[0], CASE_IDS[2], CASE_IDS[4]])
+def test_stages_match_chunked_oracle(case):
+    """The workspaces against kda_chunk's fp64 intermediates at chunk size 16, rows gathered per chunk."""
+    d = _case_inputs(case)
+    out = _run(d, poison_workspace=True)
+    ref = kda_chunk(**d, chunk_size=16)
+    ws = out.workspace
+    seqlens = case[4] or [case[1]] * case[0]
+    rows, last, chunks_last = [], [], []  # per token: workspace row, its chunk's last token; per chunk: last token
+    chunk, start = 0, 0
+    for n in seqlens:
+        for t in range(n):
+            rows.append((chunk + t // 16) * 16 + t % 16)
+            last.append(start + min(t // 16 * 16 + 15, n - 1))
+        chunks_last += [start + min(c * 16 + 15, n - 1) for c in range(-(-n // 16))]
+        chunk, start = chunk + -(-n // 16), start + n
+    rows, last, chunks_last = (torch.tensor(x, device="cuda") for x in (rows, last, chunks_last))
+
+    def tokens(x):  # [HV, NT, 16, ...] -> [TT, HV, ...]
+        return x.flatten(1, 2)[:, rows].transpose(0, 1)
+
+    assert_close("w", tokens(ws.w), ref.w, 1e-2)
+    assert_close("u", tokens(ws.u), ref.u, 1e-2)
+    assert_close("Aqk", tokens(ws.aqk), ref.Aqk, 1e-2)
+    HV = d["v"].shape[2]
+    q, k = (d[name].double().flatten(0, 1).repeat_interleave(HV // d[name].shape[2], 1) for name in ("q", "k"))
+    if d.get("use_qk_l2norm_in_kernel"):
+        q, k = (x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6) for x in (q, k))
+    G = ref.g_cumsum
+    assert_close("qg", tokens(ws.qg), q * 128 ** -0.5 * torch.exp(G), 1e-2)
+    assert_close("kg", tokens(ws.kg), k * torch.exp(G[last] - G), 1e-2)
+    assert_close("decay", ws.decay.transpose(0, 1), torch.exp(G[chunks_last]), 1e-5)
+
+
+@pytest.mark.gpu
+@needs_target
+def test_deterministic_and_strictly_causal():
+    case = CASES[2]
+    d = _case_inputs(case, seed=3)
+    o1 = _run(d).o
+    o2 = _run(d).o
+    assert torch.equal(o1, o2)
+    # change every token from position 140 on (inside the last sequence, mid-chunk): earlier outputs stay bit-equal
+    cut = 140
+    e = {name: (t.clone() if isinstance(t, torch.Tensor) else t) for name, t in d.items()}
+    for name in ("q", "k", "v", "g", "beta"):
+        e[name][:, cut:] = torch.randn_like(e[name][:, cut:].float()).to(e[name].dtype)
+    o3 = _run(e).o
+    assert torch.equal(o3[:, :cut], o1[:, :cut])
+    assert not torch.equal(o3[:, cut:], o1[:, cut:])
+
+
+@pytest.mark.gpu
+@needs_target
+def test_auto_dispatch_picks_sm90_for_inference_only(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    d = _case_inputs(CASES[0])
+    cuda_fast.clear_backend_report()
+    with torch.no_grad():
+        o, _ = chunk_kda(**d)
+    assert cuda_fast.backend_report()[-1].name == "sm90"
+    ref_o, _ = kda_recurrent(**d)
+    assert_close("o", o, ref_o, 5e-3)
+    g = _case_inputs(CASES[0], requires_grad=True)
+    chunk_kda(**g)[0].sum().backward()
+    assert cuda_fast.backend_report()[-1].name == "triton"
