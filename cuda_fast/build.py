@@ -26,6 +26,7 @@ TARGETS = ("90a", "100a")
 CAPABILITY_TARGETS = {(9, 0): "90a", (10, 0): "100a"}
 FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr")
 CACHE_ENV = "TRITON_KDA_CUDA_CACHE"
+EXTRA_FLAGS_ENV = "TRITON_KDA_NVCC_FLAGS"  # extra nvcc flags (experiments, e.g. -DKDA_K1_MIN_BLOCKS=3); part of the key
 
 
 class BuildError(RuntimeError):
@@ -65,12 +66,17 @@ def _run(cmd: list[str]) -> None:
         raise BuildError(f"nvcc failed (exit {proc.returncode}): {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
 
 
+def extra_flags() -> list[str]:
+    return os.environ.get(EXTRA_FLAGS_ENV, "").split()
+
+
 def library(target: str) -> Path:
     """Path of the shared library for ``target`` ("90a" or "100a"), building it first unless it is cached."""
     nvcc = nvcc_path()
     sources = [CSRC / name for name in SOURCES]
+    flags = [*FLAGS, *extra_flags()]
     key = hashlib.sha256()
-    for part in (nvcc_version(nvcc), target, *FLAGS):
+    for part in (nvcc_version(nvcc), target, *flags):
         key.update(part.encode())
     for src in sources:
         key.update(src.read_bytes())
@@ -80,7 +86,7 @@ def library(target: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     try:
-        _run([nvcc, *FLAGS, "-shared", *gencode(target), "-o", str(tmp), *map(str, sources)])
+        _run([nvcc, *flags, "-shared", *gencode(target), "-o", str(tmp), *map(str, sources)])
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
@@ -95,7 +101,7 @@ def compile_cubins(out_dir: Path, targets: tuple[str, ...] = TARGETS) -> list[Pa
     for target in targets:
         for name in SOURCES:
             cubin = out_dir / f"{Path(name).stem}.sm{target}.cubin"
-            _run([nvcc, "-O3", "-std=c++17", "--expt-relaxed-constexpr", "-cubin", *gencode(target),
+            _run([nvcc, "-O3", "-std=c++17", "--expt-relaxed-constexpr", *extra_flags(), "-cubin", *gencode(target),
                   "-o", str(cubin), str(CSRC / name)])
             cubins.append(cubin)
     return cubins

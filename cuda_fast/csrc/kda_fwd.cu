@@ -84,7 +84,7 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void* p) {
 
 // c += a (16x16, row) * b (16x8, col), bf16 inputs, fp32 accumulators
 __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
                  "{%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -129,12 +129,23 @@ __device__ __forceinline__ float load_scalar(const void* p, int64_t i, bool f32)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Kernel 1: chunk-parallel intra-chunk stage. Shared memory per warp: five [16, PAD] bf16 tiles, L [16, 17] fp32,
-// Akk diag(beta) [16, APAD] bf16.
-constexpr int K1_TILE = BT * PAD;
-constexpr int K1_WARP_BYTES = 5 * K1_TILE * 2 + BT * 17 * 4 + BT * APAD * 2;
+// Kernel 1: chunk-parallel intra-chunk stage, in mma fragment layout: thread (g, t) = (lane / 4, lane % 4) holds rows
+// g and g + 8, columns 16 kk + 2t + {0, 1, 8, 9} of q and k (the A fragments of the 8 k-steps), which are also the
+// B fragments of k e^{G_0 - G} for the two 8-row n-tiles, so Aqk and L need no shared-memory staging.
+// Shared memory per warp: region R (G fp32 [16, GPAD]; after the pass: v [16, 128] bf16 swizzled, L [16, 17] fp32,
+// Akk diag(beta) [16, APAD] bf16) and region X (k e^{G} [16, 128] bf16 swizzled).
+constexpr int GPAD = D + 8;
+constexpr int K1_R_BYTES = BT * GPAD * 4;
+constexpr int K1_WARP_BYTES = K1_R_BYTES + BT * D * 2;
 
-__global__ void __launch_bounds__(K1_WARPS * 32) kda_intra_fwd_kernel(const FwdArgs a) {
+// element offset in a [16, 128] bf16 tile whose 16-byte chunks are XOR-swizzled by row (conflict-free ldmatrix)
+__device__ __forceinline__ int swz(int r, int c) { return r * D + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7); }
+
+#ifndef KDA_K1_MIN_BLOCKS
+#define KDA_K1_MIN_BLOCKS 4  // CTAs per SM the register allocation targets (shared memory allows 4)
+#endif
+
+__global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fwd_kernel(const FwdArgs a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t ci = static_cast<int64_t>(blockIdx.x) * K1_WARPS + warp;
@@ -144,43 +155,40 @@ __global__ void __launch_bounds__(K1_WARPS * 32) kda_intra_fwd_kernel(const FwdA
     const int64_t seq = a.chunk_indices[2 * ci], local = a.chunk_indices[2 * ci + 1];
     const int64_t t0 = a.cu_seqlens[seq] + BT * local;
     const int nvalid = static_cast<int>(min(static_cast<int64_t>(BT), a.cu_seqlens[seq + 1] - t0));
+    const int gi = lane >> 2, gj = (lane & 3) * 2;
 
-    __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem + warp * K1_WARP_BYTES);  // q -> q e^{G-G0} | w
-    __nv_bfloat16* sk = sq + K1_TILE;        // k -> k e^{G-G0} (slow path: k) | u
-    __nv_bfloat16* sinv = sk + K1_TILE;      // k e^{G0-G} (slow path: G fp32 over sinv and sx)
-    __nv_bfloat16* sx = sinv + K1_TILE;      // k e^{G}
-    __nv_bfloat16* sv = sx + K1_TILE;        // v
-    float* sL = reinterpret_cast<float*>(sv + K1_TILE);
-    __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(sL + BT * 17);
+    unsigned char* region = smem + warp * K1_WARP_BYTES;
+    float* sG = reinterpret_cast<float*>(region);
+    __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(region);
+    float* sL = reinterpret_cast<float*>(region + BT * D * 2);
+    __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(region + BT * D * 2 + BT * 17 * 4);
+    __nv_bfloat16* sx = reinterpret_cast<__nv_bfloat16*>(region + K1_R_BYTES);
 
-    // 1. q, k, v rows into shared memory (rows past the sequence end are zero-filled)
-    for (int i = lane; i < BT * 16; i += 32) {
-        const int r = i >> 4, p = (i & 15) * 8;
-        const bool ok = r < nvalid;
-        const int64_t t = t0 + (ok ? r : 0);
-        cp_async16(sq + r * PAD + p, a.q + (t * a.H + h) * D + p, ok);
-        cp_async16(sk + r * PAD + p, a.k + (t * a.H + h) * D + p, ok);
-        cp_async16(sv + r * PAD + p, a.v + (t * a.HV + hv) * D + p, ok);
-    }
-    cp_async_commit();
-
-    // 2. gate and in-chunk cumsum (log2 units); lane owns columns c0..c0+3 of every row
-    const int c0 = lane * 4;
-    float G[BT][4];
+    // 1. q and k fragments (rows past the sequence end are zero)
+    uint32_t qf[8][4], kf[8][4];
     {
-        float raw[BT][4];
+        const bool ok0 = gi < nvalid, ok1 = gi + 8 < nvalid;
+        const __nv_bfloat16* q0 = a.q + ((t0 + (ok0 ? gi : 0)) * a.H + h) * D + gj;
+        const __nv_bfloat16* q1 = a.q + ((t0 + (ok1 ? gi + 8 : 0)) * a.H + h) * D + gj;
+        const __nv_bfloat16* k0 = a.k + ((t0 + (ok0 ? gi : 0)) * a.H + h) * D + gj;
+        const __nv_bfloat16* k1 = a.k + ((t0 + (ok1 ? gi + 8 : 0)) * a.H + h) * D + gj;
 #pragma unroll
-        for (int t = 0; t < BT; ++t) {
-            const int64_t off = ((t0 + (t < nvalid ? t : 0)) * a.HV + hv) * D + c0;
-            if (a.g_fp32) {
-                const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(a.g) + off);
-                raw[t][0] = x.x; raw[t][1] = x.y; raw[t][2] = x.z; raw[t][3] = x.w;
-            } else {
-                const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.g) + off);
-                const float2 lo = unpack_bf16(x.x), hi = unpack_bf16(x.y);
-                raw[t][0] = lo.x; raw[t][1] = lo.y; raw[t][2] = hi.x; raw[t][3] = hi.y;
+        for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int c = kk * 16 + half * 8;
+                qf[kk][2 * half] = ok0 ? *reinterpret_cast<const uint32_t*>(q0 + c) : 0u;
+                qf[kk][2 * half + 1] = ok1 ? *reinterpret_cast<const uint32_t*>(q1 + c) : 0u;
+                kf[kk][2 * half] = ok0 ? *reinterpret_cast<const uint32_t*>(k0 + c) : 0u;
+                kf[kk][2 * half + 1] = ok1 ? *reinterpret_cast<const uint32_t*>(k1 + c) : 0u;
             }
         }
+    }
+
+    // 2. gate and in-chunk cumsum (log2 units), lane owning columns c0..c0+3, rows written to G as they complete
+    const int c0 = lane * 4;
+    float range = 0.0f;
+    {
         float coef = 1.0f, bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (a.gate != 0) {
             if (a.A_log != nullptr) coef = __expf(a.A_log[hv]);
@@ -189,34 +197,34 @@ __global__ void __launch_bounds__(K1_WARPS * 32) kda_intra_fwd_kernel(const FwdA
                 for (int e = 0; e < 4; ++e) bias[e] = a.dt_bias[hv * D + c0 + e];
             }
         }
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, first[4];
 #pragma unroll
         for (int t = 0; t < BT; ++t) {
+            const int64_t off = ((t0 + (t < nvalid ? t : 0)) * a.HV + hv) * D + c0;
+            float raw[4];
+            if (a.g_fp32) {
+                const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(a.g) + off);
+                raw[0] = x.x; raw[1] = x.y; raw[2] = x.z; raw[3] = x.w;
+            } else {
+                const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.g) + off);
+                const float2 lo = unpack_bf16(x.x), hi = unpack_bf16(x.y);
+                raw[0] = lo.x; raw[1] = lo.y; raw[2] = hi.x; raw[3] = hi.y;
+            }
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                float y = a.gate == 0 ? raw[t][e] : gate_act(raw[t][e] + bias[e], coef, a.lower_bound, a.gate);
+                const float y = a.gate == 0 ? raw[e] : gate_act(raw[e] + bias[e], coef, a.lower_bound, a.gate);
                 acc[e] += t < nvalid ? y * LOG2E : 0.0f;  // padded rows: no decay, so G[15] = G at the last token
-                G[t][e] = acc[e];
+                if (t == 0) first[e] = acc[e];
+                range = fmaxf(range, fabsf(acc[e] - first[e]));
             }
+            *reinterpret_cast<float4*>(sG + t * GPAD + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
         }
-    }
-    float range = 0.0f;
-#pragma unroll
-    for (int t = 1; t < BT; ++t) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) range = fmaxf(range, fabsf(G[t][e] - G[0][e]));
+        *reinterpret_cast<float4*>(a.decay + (hv * a.NT + ci) * D + c0) =
+            make_float4(fast_exp2(acc[0]), fast_exp2(acc[1]), fast_exp2(acc[2]), fast_exp2(acc[3]));
     }
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) range = fmaxf(range, __shfl_xor_sync(0xffffffffu, range, m));
     const bool exact = !(range <= RANGE_MAX);  // NaN-safe: a NaN range takes the exact path
-
-    // decay = e^{G_last}
-    {
-        float4 d;
-        d.x = fast_exp2(G[BT - 1][0]); d.y = fast_exp2(G[BT - 1][1]);
-        d.z = fast_exp2(G[BT - 1][2]); d.w = fast_exp2(G[BT - 1][3]);
-        *reinterpret_cast<float4*>(a.decay + (hv * a.NT + ci) * D + c0) = d;
-    }
 
     // beta (activated; zero on padded rows), kept by lanes 0..15
     float beta = 0.0f;
@@ -225,96 +233,75 @@ __global__ void __launch_bounds__(K1_WARPS * 32) kda_intra_fwd_kernel(const FwdA
         if (a.beta_sigmoid) beta = a.beta_scale / (1.0f + __expf(-beta));
     }
 
-    cp_async_wait<0>();
-    __syncwarp();
-
-    // 3. row norms: lane (row lane / 2, half lane % 2) sums 64 squares; q's factor carries the scale
-    float rq, rk;
+    // 3. row norms of rows gi and gi + 8 (the 4 lanes of a row hold 32 columns each); q's factor carries the scale
+    float rq[2], rk[2];
     {
-        const int r = lane >> 1, c = (lane & 1) * 64;
-        float ssq = 0.0f, ssk = 0.0f;
+        float sq[2] = {0.0f, 0.0f}, sk[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int p = 0; p < 64; p += 8) {
-            const uint4 xq = *reinterpret_cast<const uint4*>(sq + r * PAD + c + p);
-            const uint4 xk = *reinterpret_cast<const uint4*>(sk + r * PAD + c + p);
-            const uint32_t wq[4] = {xq.x, xq.y, xq.z, xq.w}, wk[4] = {xk.x, xk.y, xk.z, xk.w};
+        for (int kk = 0; kk < 8; ++kk) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const float2 fq = unpack_bf16(wq[e]), fk = unpack_bf16(wk[e]);
-                ssq += fq.x * fq.x + fq.y * fq.y;
-                ssk += fk.x * fk.x + fk.y * fk.y;
+                const float2 x = unpack_bf16(qf[kk][e]), y = unpack_bf16(kf[kk][e]);
+                sq[e & 1] += x.x * x.x + x.y * x.y;
+                sk[e & 1] += y.x * y.x + y.y * y.y;
             }
         }
-        ssq += __shfl_xor_sync(0xffffffffu, ssq, 1);
-        ssk += __shfl_xor_sync(0xffffffffu, ssk, 1);
-        rq = a.l2norm ? rsqrtf(ssq + 1e-6f) : 1.0f;
-        rk = a.l2norm ? rsqrtf(ssk + 1e-6f) : 1.0f;
-        rq *= a.scale;
-    }
-
-    // 4. element-wise factors (lane owns columns c0..c0+3): qg and kg go straight to the workspace
-    const int64_t tile = (hv * a.NT + ci) * BT;  // first row of this chunk in the [HV, NT, 16, ...] workspaces
-    float* sG = reinterpret_cast<float*>(sinv);  // exact path only: G (fp32) over sinv and sx
 #pragma unroll
-    for (int t = 0; t < BT; ++t) {
-        const float fq = __shfl_sync(0xffffffffu, rq, 2 * t), fk = __shfl_sync(0xffffffffu, rk, 2 * t);
-        const uint2 xq = *reinterpret_cast<const uint2*>(sq + t * PAD + c0);
-        const uint2 xk = *reinterpret_cast<const uint2*>(sk + t * PAD + c0);
-        const float2 q01 = unpack_bf16(xq.x), q23 = unpack_bf16(xq.y);
-        const float2 k01 = unpack_bf16(xk.x), k23 = unpack_bf16(xk.y);
-        const float qs[4] = {q01.x * fq, q01.y * fq, q23.x * fq, q23.y * fq};
-        const float ks[4] = {k01.x * fk, k01.y * fk, k23.x * fk, k23.y * fk};
-        float og[4], okg[4];
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+            for (int m = 1; m < 4; m <<= 1) {
+                sq[r] += __shfl_xor_sync(0xffffffffu, sq[r], m);
+                sk[r] += __shfl_xor_sync(0xffffffffu, sk[r], m);
+            }
+            rq[r] = (a.l2norm ? rsqrtf(sq[r] + 1e-6f) : 1.0f) * a.scale;
+            rk[r] = a.l2norm ? rsqrtf(sk[r] + 1e-6f) : 1.0f;
+        }
+    }
+    __syncwarp();
+
+    // 4. element-wise factors per k-step: qg, kg to the workspace, k e^{G} to X, and (fast path) the Aqk and L
+    //    products straight from registers; the exact path parks q, k in this chunk's w/u workspace rows instead
+    const int64_t tile = (hv * a.NT + ci) * BT;  // first row of this chunk in the [HV, NT, 16, ...] workspaces
+    float aqk[2][4] = {}, lkk[2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+        uint32_t fq[4], fk[4], fi[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            og[e] = qs[e] * fast_exp2(G[t][e]);
-            okg[e] = ks[e] * fast_exp2(G[BT - 1][e] - G[t][e]);
-        }
-        *reinterpret_cast<uint2*>(a.qg + (tile + t) * D + c0) = make_uint2(pack_bf16(og[0], og[1]), pack_bf16(og[2], og[3]));
-        *reinterpret_cast<uint2*>(a.kg + (tile + t) * D + c0) =
-            make_uint2(pack_bf16(okg[0], okg[1]), pack_bf16(okg[2], okg[3]));
-        if (!exact) {
-            float fa[4], fi[4], fx[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float dg = G[t][e] - G[0][e];
-                fa[e] = fast_exp2(dg);
-                fi[e] = fast_exp2(-dg);
-                fx[e] = ks[e] * fast_exp2(G[t][e]);
+            const int row = gi + (e & 1) * 8, col = kk * 16 + (e >> 1) * 8 + gj;
+            const float2 G = *reinterpret_cast<const float2*>(sG + row * GPAD + col);
+            const float2 G0 = *reinterpret_cast<const float2*>(sG + col);
+            const float2 GL = *reinterpret_cast<const float2*>(sG + (BT - 1) * GPAD + col);
+            const float2 x = unpack_bf16(qf[kk][e]), y = unpack_bf16(kf[kk][e]);
+            const float qs0 = x.x * rq[e & 1], qs1 = x.y * rq[e & 1];
+            const float ks0 = y.x * rk[e & 1], ks1 = y.y * rk[e & 1];
+            const float e0 = fast_exp2(G.x), e1 = fast_exp2(G.y);
+            const int64_t off = (tile + row) * D + col;
+            *reinterpret_cast<uint32_t*>(a.qg + off) = pack_bf16(qs0 * e0, qs1 * e1);
+            *reinterpret_cast<uint32_t*>(a.kg + off) =
+                pack_bf16(ks0 * fast_exp2(GL.x - G.x), ks1 * fast_exp2(GL.y - G.y));
+            *reinterpret_cast<uint32_t*>(sx + swz(row, col)) = pack_bf16(ks0 * e0, ks1 * e1);
+            if (!exact) {
+                const float a0 = fast_exp2(G.x - G0.x), a1 = fast_exp2(G.y - G0.y);
+                fq[e] = pack_bf16(qs0 * a0, qs1 * a1);
+                fk[e] = pack_bf16(ks0 * a0, ks1 * a1);
+                fi[e] = pack_bf16(ks0 * fast_exp2(G0.x - G.x), ks1 * fast_exp2(G0.y - G.y));
+            } else {
+                *reinterpret_cast<uint32_t*>(a.w + off) = pack_bf16(qs0, qs1);
+                *reinterpret_cast<uint32_t*>(a.u + off) = pack_bf16(ks0, ks1);
             }
-            *reinterpret_cast<uint2*>(sq + t * PAD + c0) =
-                make_uint2(pack_bf16(qs[0] * fa[0], qs[1] * fa[1]), pack_bf16(qs[2] * fa[2], qs[3] * fa[3]));
-            *reinterpret_cast<uint2*>(sk + t * PAD + c0) =
-                make_uint2(pack_bf16(ks[0] * fa[0], ks[1] * fa[1]), pack_bf16(ks[2] * fa[2], ks[3] * fa[3]));
-            *reinterpret_cast<uint2*>(sinv + t * PAD + c0) =
-                make_uint2(pack_bf16(ks[0] * fi[0], ks[1] * fi[1]), pack_bf16(ks[2] * fi[2], ks[3] * fi[3]));
-            *reinterpret_cast<uint2*>(sx + t * PAD + c0) =
-                make_uint2(pack_bf16(fx[0], fx[1]), pack_bf16(fx[2], fx[3]));
-        } else {
-            *reinterpret_cast<uint2*>(sq + t * PAD + c0) = make_uint2(pack_bf16(qs[0], qs[1]), pack_bf16(qs[2], qs[3]));
-            *reinterpret_cast<uint2*>(sk + t * PAD + c0) = make_uint2(pack_bf16(ks[0], ks[1]), pack_bf16(ks[2], ks[3]));
-            *reinterpret_cast<float4*>(sG + t * D + c0) = make_float4(G[t][0], G[t][1], G[t][2], G[t][3]);
+        }
+        if (!exact) {
+            // B fragments of k e^{G_0 - G}: n-tile 0 is rows 0-7 (registers e = 0, 2), n-tile 1 rows 8-15 (e = 1, 3)
+            mma(aqk[0], fq, fi[0], fi[2]);
+            mma(aqk[1], fq, fi[1], fi[3]);
+            mma(lkk[0], fk, fi[0], fi[2]);
+            mma(lkk[1], fk, fi[1], fi[3]);
         }
     }
     __syncwarp();
-
-    // 5. Aqk and L (unmasked) in mma accumulator layout: element e of n-tile n is (row i, column j) below
-    float aqk[2][4] = {}, lkk[2][4] = {};
-    const int gi = lane >> 2, gj = (lane & 3) * 2;
-    if (!exact) {
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            uint32_t fq[4], fk[4], fb[4];
-            ldsm_x4(fq, tile_a(sq, PAD, kk * 16, lane));
-            ldsm_x4(fk, tile_a(sk, PAD, kk * 16, lane));
-            ldsm_x4(fb, tile_bn(sinv, PAD, kk * 16, lane));
-            mma(aqk[0], fq, fb[0], fb[1]);
-            mma(aqk[1], fq, fb[2], fb[3]);
-            mma(lkk[0], fk, fb[0], fb[1]);
-            mma(lkk[1], fk, fb[2], fb[3]);
-        }
-    } else {
-        // exact: sum_d q_i k_j e^{G_i - G_j} with the exponent <= 0 (j <= i), one exp2 per term
+    if (exact) {
+        // sum_d q_i k_j e^{G_i - G_j} with the exponent <= 0 (j <= i), one exp2 per term
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
 #pragma unroll
@@ -323,25 +310,25 @@ __global__ void __launch_bounds__(K1_WARPS * 32) kda_intra_fwd_kernel(const FwdA
                 if (j > i) continue;
                 float s1 = 0.0f, s2 = 0.0f;
                 for (int d = 0; d < D; ++d) {
-                    const float kd = __bfloat162float(sk[j * PAD + d]) * exp2f(sG[i * D + d] - sG[j * D + d]);
-                    s1 += __bfloat162float(sq[i * PAD + d]) * kd;
-                    s2 += __bfloat162float(sk[i * PAD + d]) * kd;
+                    const float kd = __bfloat162float(__ldcg(a.u + (tile + j) * D + d)) *
+                                     exp2f(sG[i * GPAD + d] - sG[j * GPAD + d]);
+                    s1 += __bfloat162float(__ldcg(a.w + (tile + i) * D + d)) * kd;
+                    s2 += __bfloat162float(__ldcg(a.u + (tile + i) * D + d)) * kd;
                 }
                 aqk[n][e] = s1;
                 lkk[n][e] = s2;
             }
         }
         __syncwarp();
-        // k e^{G} into sx (over sG, whose reads are done)
-#pragma unroll
-        for (int t = 0; t < BT; ++t) {
-            const uint2 xk = *reinterpret_cast<const uint2*>(sk + t * PAD + c0);
-            const float2 k01 = unpack_bf16(xk.x), k23 = unpack_bf16(xk.y);
-            *reinterpret_cast<uint2*>(sx + t * PAD + c0) =
-                make_uint2(pack_bf16(k01.x * fast_exp2(G[t][0]), k01.y * fast_exp2(G[t][1])),
-                           pack_bf16(k23.x * fast_exp2(G[t][2]), k23.y * fast_exp2(G[t][3])));
-        }
     }
+
+    // 5. v into region R (G is dead), while the masks and the inverse run
+    for (int i = lane; i < BT * 16; i += 32) {
+        const int r = i >> 4, p = (i & 15) * 8;
+        const bool ok = r < nvalid;
+        cp_async16(sv + swz(r, p), a.v + ((t0 + (ok ? r : 0)) * a.HV + hv) * D + p, ok);
+    }
+    cp_async_commit();
 
     // 6. masks; Aqk to the workspace, beta_i L[i, j] (j < i) to shared memory
 #pragma unroll
@@ -377,17 +364,20 @@ __global__ void __launch_bounds__(K1_WARPS * 32) kda_intra_fwd_kernel(const FwdA
             for (int i = 0; i < BT; ++i) sA[i * APAD + c] = __float2bfloat16_rn(x[i] * bc);
         }
     }
+    cp_async_wait<0>();
     __syncwarp();
 
-    // 8. w = Akk diag(beta) k e^{G} into sq, u = Akk diag(beta) v into sk (their old contents are dead)
+    // 8. w = Akk diag(beta) k e^{G}, u = Akk diag(beta) v, stored from the accumulators
     {
         uint32_t fa[4];
         ldsm_x4(fa, tile_a(sA, APAD, 0, lane));
+        const int r = (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
             uint32_t fx[4], fv[4];
-            ldsm_x4_t(fx, tile_a(sx, PAD, np * 16, lane));
-            ldsm_x4_t(fv, tile_a(sv, PAD, np * 16, lane));
+            const int c = np * 16 + (lane >> 4) * 8;
+            ldsm_x4_t(fx, sx + swz(r, c));
+            ldsm_x4_t(fv, sv + swz(r, c));
             float cw[2][4] = {}, cu[2][4] = {};
             mma(cw[0], fa, fx[0], fx[1]);
             mma(cw[1], fa, fx[2], fx[3]);
@@ -396,25 +386,20 @@ __global__ void __launch_bounds__(K1_WARPS * 32) kda_intra_fwd_kernel(const FwdA
 #pragma unroll
             for (int n = 0; n < 2; ++n) {
                 const int col = np * 16 + n * 8 + gj;
-                *reinterpret_cast<uint32_t*>(sq + gi * PAD + col) = pack_bf16(cw[n][0], cw[n][1]);
-                *reinterpret_cast<uint32_t*>(sq + (gi + 8) * PAD + col) = pack_bf16(cw[n][2], cw[n][3]);
-                *reinterpret_cast<uint32_t*>(sk + gi * PAD + col) = pack_bf16(cu[n][0], cu[n][1]);
-                *reinterpret_cast<uint32_t*>(sk + (gi + 8) * PAD + col) = pack_bf16(cu[n][2], cu[n][3]);
+                *reinterpret_cast<uint32_t*>(a.w + (tile + gi) * D + col) = pack_bf16(cw[n][0], cw[n][1]);
+                *reinterpret_cast<uint32_t*>(a.w + (tile + gi + 8) * D + col) = pack_bf16(cw[n][2], cw[n][3]);
+                *reinterpret_cast<uint32_t*>(a.u + (tile + gi) * D + col) = pack_bf16(cu[n][0], cu[n][1]);
+                *reinterpret_cast<uint32_t*>(a.u + (tile + gi + 8) * D + col) = pack_bf16(cu[n][2], cu[n][3]);
             }
         }
-    }
-    __syncwarp();
-    for (int i = lane; i < BT * 16; i += 32) {
-        const int r = i >> 4, p = (i & 15) * 8;
-        *reinterpret_cast<uint4*>(a.w + (tile + r) * D + p) = *reinterpret_cast<const uint4*>(sq + r * PAD + p);
-        *reinterpret_cast<uint4*>(a.u + (tile + r) * D + p) = *reinterpret_cast<const uint4*>(sk + r * PAD + p);
     }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Kernel 2: head-parallel recurrence and output. Warp `wv` owns rows [16 wv, 16 wv + 16) of the CTA's BV columns
 // of the state, transposed: S^T[v, k] in mma accumulator layout, 16 n-tiles of 8 k-columns.
-constexpr int K2_STAGE_BYTES = 3 * K1_TILE * 2 + BT * (64 + 8) * 2 + BT * APAD * 2 + D * 4;
+constexpr int K2_TILE = BT * PAD;
+constexpr int K2_STAGE_BYTES = 3 * K2_TILE * 2 + BT * (64 + 8) * 2 + BT * APAD * 2 + D * 4;
 
 template <int BV>
 __global__ void __launch_bounds__(BV * 2) kda_state_fwd_kernel(const FwdArgs a) {
@@ -430,9 +415,9 @@ __global__ void __launch_bounds__(BV * 2) kda_state_fwd_kernel(const FwdArgs a) 
     auto stage_ptr = [&](int s) { return smem + s * K2_STAGE_BYTES; };
     auto load_stage = [&](int64_t c, int s) {
         __nv_bfloat16* sw = reinterpret_cast<__nv_bfloat16*>(stage_ptr(s));
-        __nv_bfloat16* sqg = sw + K1_TILE;
-        __nv_bfloat16* skg = sqg + K1_TILE;
-        __nv_bfloat16* su = skg + K1_TILE;
+        __nv_bfloat16* sqg = sw + K2_TILE;
+        __nv_bfloat16* skg = sqg + K2_TILE;
+        __nv_bfloat16* su = skg + K2_TILE;
         __nv_bfloat16* sa = su + BT * 72;
         float* sdec = reinterpret_cast<float*>(sa + BT * APAD);
         const int64_t tile = (hv * a.NT + c_first + c) * BT;
@@ -484,65 +469,74 @@ __global__ void __launch_bounds__(BV * 2) kda_state_fwd_kernel(const FwdArgs a) 
         cp_async_commit();
         const unsigned char* base = stage_ptr(static_cast<int>(c % K2_STAGES));
         const __nv_bfloat16* sw = reinterpret_cast<const __nv_bfloat16*>(base);
-        const __nv_bfloat16* sqg = sw + K1_TILE;
-        const __nv_bfloat16* skg = sqg + K1_TILE;
-        const __nv_bfloat16* su = skg + K1_TILE;
+        const __nv_bfloat16* sqg = sw + K2_TILE;
+        const __nv_bfloat16* skg = sqg + K2_TILE;
+        const __nv_bfloat16* su = skg + K2_TILE;
         const __nv_bfloat16* sa = su + BT * 72;
         const float* sdec = reinterpret_cast<const float*>(sa + BT * APAD);
 
-        // w S and qg S (transposed: S^T w^T, S^T qg^T); two accumulator chains each to shorten the dependency
+        // operands first (their shared-memory latencies overlap): w, qg, Aqk fragments, u, decay
+        uint32_t fw[8][4], fq[8][4], fa[4];
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            ldsm_x4(fw[kk], tile_bn(sw, PAD, kk * 16, lane));
+            ldsm_x4(fq[kk], tile_bn(sqg, PAD, kk * 16, lane));
+        }
+        ldsm_x4(fa, tile_bn(sa, APAD, 0, lane));
+        float uu[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                uu[nt][e] = __bfloat162float(su[(nt * 8 + gj + (e & 1)) * 72 + warp * 16 + gi + (e >> 1) * 8]);
+            }
+        }
+        float2 dec[16];
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) dec[nt] = *reinterpret_cast<const float2*>(sdec + nt * 8 + gj);
+
+        // w S and qg S (transposed: S^T w^T, S^T qg^T); two accumulator chains for w S to shorten the dependency
         float vw[2][2][4] = {}, oo[2][4] = {};
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-            uint32_t fs[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-            uint32_t fw[4], fq[4];
-            ldsm_x4(fw, tile_bn(sw, PAD, kk * 16, lane));
-            ldsm_x4(fq, tile_bn(sqg, PAD, kk * 16, lane));
-            mma(vw[kk & 1][0], fs, fw[0], fw[1]);
-            mma(vw[kk & 1][1], fs, fw[2], fw[3]);
-            mma(oo[0], fs, fq[0], fq[1]);
-            mma(oo[1], fs, fq[2], fq[3]);
+            const uint32_t fs[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                    pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            mma(vw[kk & 1][0], fs, fw[kk][0], fw[kk][1]);
+            mma(vw[kk & 1][1], fs, fw[kk][2], fw[kk][3]);
+            mma(oo[0], fs, fq[kk][0], fq[kk][1]);
+            mma(oo[1], fs, fq[kk][2], fq[kk][3]);
+        }
+        uint32_t fk[8][4];
+#pragma unroll
+        for (int np = 0; np < D / 16; ++np) ldsm_x4_t(fk[np], tile_a(skg, PAD, np * 16, lane));
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+            s[nt][0] *= dec[nt].x; s[nt][1] *= dec[nt].y; s[nt][2] *= dec[nt].x; s[nt][3] *= dec[nt].y;
         }
         // v_new^T = u^T - S^T w^T, as the bf16 A operand (16 v-rows x 16 tokens)
         float vn[2][4];
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int vl = warp * 16 + gi + (e >> 1) * 8, j = nt * 8 + gj + (e & 1);
-                vn[nt][e] = __bfloat162float(su[j * 72 + vl]) - (vw[0][nt][e] + vw[1][nt][e]);
-            }
+            for (int e = 0; e < 4; ++e) vn[nt][e] = uu[nt][e] - (vw[0][nt][e] + vw[1][nt][e]);
         }
         const uint32_t fv[4] = {pack_bf16(vn[0][0], vn[0][1]), pack_bf16(vn[0][2], vn[0][3]),
                                 pack_bf16(vn[1][0], vn[1][1]), pack_bf16(vn[1][2], vn[1][3])};
-        // o^T += v_new^T Aqk^T
-        {
-            uint32_t fa[4];
-            ldsm_x4(fa, tile_bn(sa, APAD, 0, lane));
-            mma(oo[0], fv, fa[0], fa[1]);
-            mma(oo[1], fv, fa[2], fa[3]);
+        // S^T <- S^T diag(decay) + v_new^T kg;  o^T += v_new^T Aqk^T
+#pragma unroll
+        for (int np = 0; np < D / 16; ++np) {
+            mma(s[2 * np], fv, fk[np][0], fk[np][1]);
+            mma(s[2 * np + 1], fv, fk[np][2], fk[np][3]);
         }
+        mma(oo[0], fv, fa[0], fa[1]);
+        mma(oo[1], fv, fa[2], fa[3]);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int vl = warp * 16 + gi + (e >> 1) * 8, j = nt * 8 + gj + (e & 1);
                 so[j * UPAD + vl] = __float2bfloat16_rn(oo[nt][e]);
-            }
-        }
-        // S^T <- S^T diag(decay) + v_new^T kg
-#pragma unroll
-        for (int np = 0; np < D / 16; ++np) {
-            uint32_t fk[4];
-            ldsm_x4_t(fk, tile_a(skg, PAD, np * 16, lane));
-#pragma unroll
-            for (int h2 = 0; h2 < 2; ++h2) {
-                const int nt = 2 * np + h2;
-                const float2 dec = *reinterpret_cast<const float2*>(sdec + nt * 8 + gj);
-                s[nt][0] *= dec.x; s[nt][1] *= dec.y; s[nt][2] *= dec.x; s[nt][3] *= dec.y;
-                mma(s[nt], fv, fk[2 * h2], fk[2 * h2 + 1]);
             }
         }
         __syncthreads();
