@@ -116,12 +116,13 @@ __device__ __forceinline__ const __nv_bfloat16* tile_bn(const __nv_bfloat16* bas
     return base + ((lane & 7) + (lane >> 4) * 8) * stride + col0 + ((lane >> 3) & 1) * 8;
 }
 
-__device__ __forceinline__ float gate_act(float x, float a, float lb, int gate) {
-    if (gate == 1) {  // -a softplus(x)
-        float sp = x > 20.0f ? x : log1pf(__expf(x));
-        return -a * sp;
+template <int GATE>
+__device__ __forceinline__ float gate_act(float x, float a, float lb) {
+    if constexpr (GATE == 1) {  // -a softplus(x)
+        return -a * (x > 20.0f ? x : __logf(1.0f + __expf(x)));
+    } else {  // lb sigmoid(a x)
+        return __fdividef(lb, 1.0f + __expf(-a * x));
     }
-    return lb / (1.0f + __expf(-a * x));  // lb sigmoid(a x)
 }
 
 __device__ __forceinline__ float load_scalar(const void* p, int64_t i, bool f32) {
@@ -145,6 +146,7 @@ __device__ __forceinline__ int swz(int r, int c) { return r * D + ((((c >> 3) ^ 
 #define KDA_K1_MIN_BLOCKS 4  // CTAs per SM the register allocation targets (shared memory allows 4)
 #endif
 
+template <int GATE, bool G_F32>
 __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fwd_kernel(const FwdArgs a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -164,7 +166,49 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
     __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(region + BT * D * 2 + BT * 17 * 4);
     __nv_bfloat16* sx = reinterpret_cast<__nv_bfloat16*>(region + K1_R_BYTES);
 
-    // 1. q and k fragments (rows past the sequence end are zero)
+    // 1. gate and in-chunk cumsum (log2 units), lane owning columns c0..c0+3, rows written to G as they complete
+    const int c0 = lane * 4;
+    float range = 0.0f;
+    {
+        float coef = 1.0f, bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (GATE != 0) {
+            if (a.A_log != nullptr) coef = __expf(a.A_log[hv]);
+            if (a.dt_bias != nullptr) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) bias[e] = a.dt_bias[hv * D + c0 + e];
+            }
+        }
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, first[4];
+#pragma unroll
+        for (int t = 0; t < BT; ++t) {
+            const int64_t off = ((t0 + (t < nvalid ? t : 0)) * a.HV + hv) * D + c0;
+            float raw[4];
+            if constexpr (G_F32) {
+                const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(a.g) + off);
+                raw[0] = x.x; raw[1] = x.y; raw[2] = x.z; raw[3] = x.w;
+            } else {
+                const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.g) + off);
+                const float2 lo = unpack_bf16(x.x), hi = unpack_bf16(x.y);
+                raw[0] = lo.x; raw[1] = lo.y; raw[2] = hi.x; raw[3] = hi.y;
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float y = raw[e];
+                if constexpr (GATE != 0) y = gate_act<GATE>(y + bias[e], coef, a.lower_bound);
+                acc[e] += t < nvalid ? y * LOG2E : 0.0f;  // padded rows: no decay, so G[15] = G at the last token
+                if (t == 0) first[e] = acc[e];
+                range = fmaxf(range, fabsf(acc[e] - first[e]));
+            }
+            *reinterpret_cast<float4*>(sG + t * GPAD + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        }
+        *reinterpret_cast<float4*>(a.decay + (hv * a.NT + ci) * D + c0) =
+            make_float4(fast_exp2(acc[0]), fast_exp2(acc[1]), fast_exp2(acc[2]), fast_exp2(acc[3]));
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) range = fmaxf(range, __shfl_xor_sync(0xffffffffu, range, m));
+    const bool exact = !(range <= RANGE_MAX);  // NaN-safe: a NaN range takes the exact path
+
+    // 2. q and k fragments (rows past the sequence end are zero)
     uint32_t qf[8][4], kf[8][4];
     {
         const bool ok0 = gi < nvalid, ok1 = gi + 8 < nvalid;
@@ -184,47 +228,6 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
             }
         }
     }
-
-    // 2. gate and in-chunk cumsum (log2 units), lane owning columns c0..c0+3, rows written to G as they complete
-    const int c0 = lane * 4;
-    float range = 0.0f;
-    {
-        float coef = 1.0f, bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (a.gate != 0) {
-            if (a.A_log != nullptr) coef = __expf(a.A_log[hv]);
-            if (a.dt_bias != nullptr) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) bias[e] = a.dt_bias[hv * D + c0 + e];
-            }
-        }
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, first[4];
-#pragma unroll
-        for (int t = 0; t < BT; ++t) {
-            const int64_t off = ((t0 + (t < nvalid ? t : 0)) * a.HV + hv) * D + c0;
-            float raw[4];
-            if (a.g_fp32) {
-                const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(a.g) + off);
-                raw[0] = x.x; raw[1] = x.y; raw[2] = x.z; raw[3] = x.w;
-            } else {
-                const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.g) + off);
-                const float2 lo = unpack_bf16(x.x), hi = unpack_bf16(x.y);
-                raw[0] = lo.x; raw[1] = lo.y; raw[2] = hi.x; raw[3] = hi.y;
-            }
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float y = a.gate == 0 ? raw[e] : gate_act(raw[e] + bias[e], coef, a.lower_bound, a.gate);
-                acc[e] += t < nvalid ? y * LOG2E : 0.0f;  // padded rows: no decay, so G[15] = G at the last token
-                if (t == 0) first[e] = acc[e];
-                range = fmaxf(range, fabsf(acc[e] - first[e]));
-            }
-            *reinterpret_cast<float4*>(sG + t * GPAD + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        }
-        *reinterpret_cast<float4*>(a.decay + (hv * a.NT + ci) * D + c0) =
-            make_float4(fast_exp2(acc[0]), fast_exp2(acc[1]), fast_exp2(acc[2]), fast_exp2(acc[3]));
-    }
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) range = fmaxf(range, __shfl_xor_sync(0xffffffffu, range, m));
-    const bool exact = !(range <= RANGE_MAX);  // NaN-safe: a NaN range takes the exact path
 
     // beta (activated; zero on padded rows), kept by lanes 0..15
     float beta = 0.0f;
@@ -262,6 +265,10 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
     // 4. element-wise factors per k-step: qg, kg to the workspace, k e^{G} to X, and (fast path) the Aqk and L
     //    products straight from registers; the exact path parks q, k in this chunk's w/u workspace rows instead
     const int64_t tile = (hv * a.NT + ci) * BT;  // first row of this chunk in the [HV, NT, 16, ...] workspaces
+    __nv_bfloat16* const qg_rows[2] = {a.qg + (tile + gi) * D, a.qg + (tile + gi + 8) * D};
+    __nv_bfloat16* const kg_rows[2] = {a.kg + (tile + gi) * D, a.kg + (tile + gi + 8) * D};
+    __nv_bfloat16* const w_rows[2] = {a.w + (tile + gi) * D, a.w + (tile + gi + 8) * D};
+    __nv_bfloat16* const u_rows[2] = {a.u + (tile + gi) * D, a.u + (tile + gi + 8) * D};
     float aqk[2][4] = {}, lkk[2][4] = {};
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
@@ -276,9 +283,8 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
             const float qs0 = x.x * rq[e & 1], qs1 = x.y * rq[e & 1];
             const float ks0 = y.x * rk[e & 1], ks1 = y.y * rk[e & 1];
             const float e0 = fast_exp2(G.x), e1 = fast_exp2(G.y);
-            const int64_t off = (tile + row) * D + col;
-            *reinterpret_cast<uint32_t*>(a.qg + off) = pack_bf16(qs0 * e0, qs1 * e1);
-            *reinterpret_cast<uint32_t*>(a.kg + off) =
+            *reinterpret_cast<uint32_t*>(qg_rows[e & 1] + col) = pack_bf16(qs0 * e0, qs1 * e1);
+            *reinterpret_cast<uint32_t*>(kg_rows[e & 1] + col) =
                 pack_bf16(ks0 * fast_exp2(GL.x - G.x), ks1 * fast_exp2(GL.y - G.y));
             *reinterpret_cast<uint32_t*>(sx + swz(row, col)) = pack_bf16(ks0 * e0, ks1 * e1);
             if (!exact) {
@@ -287,8 +293,8 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
                 fk[e] = pack_bf16(ks0 * a0, ks1 * a1);
                 fi[e] = pack_bf16(ks0 * fast_exp2(G0.x - G.x), ks1 * fast_exp2(G0.y - G.y));
             } else {
-                *reinterpret_cast<uint32_t*>(a.w + off) = pack_bf16(qs0, qs1);
-                *reinterpret_cast<uint32_t*>(a.u + off) = pack_bf16(ks0, ks1);
+                *reinterpret_cast<uint32_t*>(w_rows[e & 1] + col) = pack_bf16(qs0, qs1);
+                *reinterpret_cast<uint32_t*>(u_rows[e & 1] + col) = pack_bf16(ks0, ks1);
             }
         }
         if (!exact) {
@@ -386,10 +392,10 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
 #pragma unroll
             for (int n = 0; n < 2; ++n) {
                 const int col = np * 16 + n * 8 + gj;
-                *reinterpret_cast<uint32_t*>(a.w + (tile + gi) * D + col) = pack_bf16(cw[n][0], cw[n][1]);
-                *reinterpret_cast<uint32_t*>(a.w + (tile + gi + 8) * D + col) = pack_bf16(cw[n][2], cw[n][3]);
-                *reinterpret_cast<uint32_t*>(a.u + (tile + gi) * D + col) = pack_bf16(cu[n][0], cu[n][1]);
-                *reinterpret_cast<uint32_t*>(a.u + (tile + gi + 8) * D + col) = pack_bf16(cu[n][2], cu[n][3]);
+                *reinterpret_cast<uint32_t*>(w_rows[0] + col) = pack_bf16(cw[n][0], cw[n][1]);
+                *reinterpret_cast<uint32_t*>(w_rows[1] + col) = pack_bf16(cw[n][2], cw[n][3]);
+                *reinterpret_cast<uint32_t*>(u_rows[0] + col) = pack_bf16(cu[n][0], cu[n][1]);
+                *reinterpret_cast<uint32_t*>(u_rows[1] + col) = pack_bf16(cu[n][2], cu[n][3]);
             }
         }
     }
@@ -640,14 +646,16 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     cudaError_t e;
     const int smem1 = K1_WARPS * K1_WARP_BYTES;
-    if ((e = cudaFuncSetAttribute(kda_intra_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem1)) !=
-        cudaSuccess) {
-        snprintf(msg, sizeof msg, "kda_fwd: cudaFuncSetAttribute(intra, %d B): %s", smem1, cudaGetErrorString(e));
-        return fail(err, errlen, msg);
-    }
     if (blocks1 > 0) {
-        kda_intra_fwd_kernel<<<dim3(static_cast<unsigned>(blocks1), static_cast<unsigned>(a.HV)), K1_WARPS * 32, smem1,
-                               s>>>(a);
+        void (*intra)(const FwdArgs) = nullptr;
+        if (a.gate == 0) intra = a.g_fp32 ? kda_intra_fwd_kernel<0, true> : kda_intra_fwd_kernel<0, false>;
+        else if (a.gate == 1) intra = a.g_fp32 ? kda_intra_fwd_kernel<1, true> : kda_intra_fwd_kernel<1, false>;
+        else intra = a.g_fp32 ? kda_intra_fwd_kernel<2, true> : kda_intra_fwd_kernel<2, false>;
+        if ((e = cudaFuncSetAttribute(intra, cudaFuncAttributeMaxDynamicSharedMemorySize, smem1)) != cudaSuccess) {
+            snprintf(msg, sizeof msg, "kda_fwd: cudaFuncSetAttribute(intra, %d B): %s", smem1, cudaGetErrorString(e));
+            return fail(err, errlen, msg);
+        }
+        intra<<<dim3(static_cast<unsigned>(blocks1), static_cast<unsigned>(a.HV)), K1_WARPS * 32, smem1, s>>>(a);
         if ((e = cudaGetLastError()) != cudaSuccess) {
             snprintf(msg, sizeof msg, "kda_fwd: intra launch: %s", cudaGetErrorString(e));
             return fail(err, errlen, msg);
