@@ -403,20 +403,16 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Kernel 2: head-parallel recurrence and output. The CTA owns BV columns of one head's state; warps come in pairs:
-// pair p owns v-rows [16 p, 16 p + 16) of the block, warp (2p + h) holds k-columns [64 h, 64 h + 64) of them,
-// transposed: S^T[v, k] in mma accumulator layout (8 n-tiles of 8 k-columns). The partial products over k of
-// S^T w^T and S^T qg^T are exchanged within the pair through shared memory; both warps then hold the same v_new.
+// Kernel 2: head-parallel recurrence and output. Warp `wv` owns rows [16 wv, 16 wv + 16) of the CTA's BV columns
+// of the state, transposed: S^T[v, k] in mma accumulator layout, 16 n-tiles of 8 k-columns.
 constexpr int K2_TILE = BT * PAD;
 constexpr int K2_STAGE_BYTES = 3 * K2_TILE * 2 + BT * (64 + 8) * 2 + BT * APAD * 2 + D * 4;
-constexpr int K2_XCHG_BYTES = 32 * 16 * 4;  // per warp: 16 partial sums per lane
 
 template <int BV>
-__global__ void __launch_bounds__(BV * 4) kda_state_fwd_kernel(const FwdArgs a) {
-    constexpr int THREADS = BV * 4, UPAD = BV + 8;
+__global__ void __launch_bounds__(BV * 2) kda_state_fwd_kernel(const FwdArgs a) {
+    constexpr int THREADS = BV * 2, UPAD = BV + 8;
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
-    const int pair = warp >> 1, khalf = warp & 1;
     const int64_t vblocks = D / BV;
     const int64_t n = blockIdx.x / vblocks, vb = blockIdx.x % vblocks;
     const int64_t hv = blockIdx.y;
@@ -438,31 +434,30 @@ __global__ void __launch_bounds__(BV * 4) kda_state_fwd_kernel(const FwdArgs a) 
             cp_async16(sqg + r * PAD + p, a.qg + (tile + r) * D + p, true);
             cp_async16(skg + r * PAD + p, a.kg + (tile + r) * D + p, true);
         }
-        for (int i = tid; i < BT * (BV / 8) + BT * 2 + D / 4; i += THREADS) {
-            if (i < BT * (BV / 8)) {
-                const int r = i / (BV / 8), p = (i % (BV / 8)) * 8;
-                cp_async16(su + r * 72 + p, a.u + (tile + r) * D + vb * BV + p, true);
-            } else if (i < BT * (BV / 8) + BT * 2) {
-                const int j = i - BT * (BV / 8);
-                cp_async16(sa + (j >> 1) * APAD + (j & 1) * 8, a.aqk + (tile + (j >> 1)) * BT + (j & 1) * 8, true);
+        for (int i = tid; i < BT * (BV / 8); i += THREADS) {
+            const int r = i / (BV / 8), p = (i % (BV / 8)) * 8;
+            cp_async16(su + r * 72 + p, a.u + (tile + r) * D + vb * BV + p, true);
+        }
+        for (int i = tid; i < BT * 2 + D / 4; i += THREADS) {
+            if (i < BT * 2) {
+                cp_async16(sa + (i >> 1) * APAD + (i & 1) * 8, a.aqk + (tile + (i >> 1)) * BT + (i & 1) * 8, true);
             } else {
-                const int p = (i - BT * (BV / 8) - BT * 2) * 4;
+                const int p = (i - BT * 2) * 4;
                 cp_async16(sdec + p, a.decay + (hv * a.NT + c_first + c) * D + p, true);
             }
         }
     };
 
-    // state: s[nt][e] = S^T[v, k], v = v0 (+8 for e >= 2), k = k0 + 8 nt (+1 for odd e)
+    // state: s[n][e] = S^T[v, k], v = 16 warp + gi (+8 for e >= 2), k = 8 n + gj (+1 for odd e)
     const int gi = lane >> 2, gj = (lane & 3) * 2;
-    const int64_t v0 = vb * BV + pair * 16 + gi;
-    const int k0 = khalf * 64 + gj;
+    const int64_t v0 = vb * BV + warp * 16 + gi;
     const int64_t state = (n * a.HV + hv) * D * D;
-    float s[8][4];
+    float s[16][4];
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < 16; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int64_t v = v0 + (e >> 1) * 8, kcol = k0 + nt * 8 + (e & 1);
+            const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
             s[nt][e] = a.h0 == nullptr ? 0.0f : a.h0[state + (a.v_first ? v * D + kcol : kcol * D + v)];
         }
     }
@@ -473,9 +468,6 @@ __global__ void __launch_bounds__(BV * 4) kda_state_fwd_kernel(const FwdArgs a) 
         cp_async_commit();
     }
     __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(stage_ptr(K2_STAGES));  // [16, UPAD] output tile
-    float* xchg = reinterpret_cast<float*>(stage_ptr(K2_STAGES) + BT * UPAD * 2);
-    float* mine = xchg + warp * 512 + lane * 16;
-    const float* other = xchg + (warp ^ 1) * 512 + lane * 16;
 
     for (int64_t c = 0; c < nch; ++c) {
         cp_async_wait<K2_STAGES - 2>();
@@ -490,29 +482,30 @@ __global__ void __launch_bounds__(BV * 4) kda_state_fwd_kernel(const FwdArgs a) 
         const __nv_bfloat16* sa = su + BT * 72;
         const float* sdec = reinterpret_cast<const float*>(sa + BT * APAD);
 
-        // operands first (their shared-memory latencies overlap): this warp's k-half of w, qg and kg, u, decay
-        uint32_t fw[4][4], fq[4][4], fk[4][4];
+        // operands first (their shared-memory latencies overlap): w, qg, Aqk fragments, u, decay
+        uint32_t fw[8][4], fq[8][4], fa[4];
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            ldsm_x4(fw[kk], tile_bn(sw, PAD, khalf * 64 + kk * 16, lane));
-            ldsm_x4(fq[kk], tile_bn(sqg, PAD, khalf * 64 + kk * 16, lane));
+        for (int kk = 0; kk < D / 16; ++kk) {
+            ldsm_x4(fw[kk], tile_bn(sw, PAD, kk * 16, lane));
+            ldsm_x4(fq[kk], tile_bn(sqg, PAD, kk * 16, lane));
         }
+        ldsm_x4(fa, tile_bn(sa, APAD, 0, lane));
         float uu[2][4];
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                uu[nt][e] = __bfloat162float(su[(nt * 8 + gj + (e & 1)) * 72 + pair * 16 + gi + (e >> 1) * 8]);
+                uu[nt][e] = __bfloat162float(su[(nt * 8 + gj + (e & 1)) * 72 + warp * 16 + gi + (e >> 1) * 8]);
             }
         }
-        float2 dec[8];
+        float2 dec[16];
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) dec[nt] = *reinterpret_cast<const float2*>(sdec + k0 + nt * 8);
+        for (int nt = 0; nt < 16; ++nt) dec[nt] = *reinterpret_cast<const float2*>(sdec + nt * 8 + gj);
 
-        // partial (over this k-half) S^T w^T and S^T qg^T; two chains for w to shorten the dependency
+        // w S and qg S (transposed: S^T w^T, S^T qg^T); two accumulator chains for w S to shorten the dependency
         float vw[2][2][4] = {}, oo[2][4] = {};
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < D / 16; ++kk) {
             const uint32_t fs[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
                                     pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                     pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
@@ -521,30 +514,11 @@ __global__ void __launch_bounds__(BV * 4) kda_state_fwd_kernel(const FwdArgs a) 
             mma(oo[0], fs, fq[kk][0], fq[kk][1]);
             mma(oo[1], fs, fq[kk][2], fq[kk][3]);
         }
+        uint32_t fk[8][4];
 #pragma unroll
-        for (int np = 0; np < 4; ++np) ldsm_x4_t(fk[np], tile_a(skg, PAD, khalf * 64 + np * 16, lane));
-        // exchange the partial sums within the pair (named barrier 1 + pair, 64 threads)
-        float part[16];
+        for (int np = 0; np < D / 16; ++np) ldsm_x4_t(fk[np], tile_a(skg, PAD, np * 16, lane));
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            part[i] = vw[0][i >> 2][i & 3] + vw[1][i >> 2][i & 3];
-            part[8 + i] = oo[i >> 2][i & 3];
-        }
-#pragma unroll
-        for (int i = 0; i < 16; i += 4) *reinterpret_cast<float4*>(mine + i) = make_float4(part[i], part[i + 1], part[i + 2], part[i + 3]);
-        asm volatile("bar.sync %0, 64;\n" ::"r"(1 + pair) : "memory");
-        float tot[16];
-#pragma unroll
-        for (int i = 0; i < 16; i += 4) {
-            const float4 x = *reinterpret_cast<const float4*>(other + i);
-            // the same order in both warps of the pair (k-half 0 first), so both hold bit-identical sums
-            tot[i] = khalf == 0 ? part[i] + x.x : x.x + part[i];
-            tot[i + 1] = khalf == 0 ? part[i + 1] + x.y : x.y + part[i + 1];
-            tot[i + 2] = khalf == 0 ? part[i + 2] + x.z : x.z + part[i + 2];
-            tot[i + 3] = khalf == 0 ? part[i + 3] + x.w : x.w + part[i + 3];
-        }
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
+        for (int nt = 0; nt < 16; ++nt) {
             s[nt][0] *= dec[nt].x; s[nt][1] *= dec[nt].y; s[nt][2] *= dec[nt].x; s[nt][3] *= dec[nt].y;
         }
         // v_new^T = u^T - S^T w^T, as the bf16 A operand (16 v-rows x 16 tokens)
@@ -552,30 +526,24 @@ __global__ void __launch_bounds__(BV * 4) kda_state_fwd_kernel(const FwdArgs a) 
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) vn[nt][e] = uu[nt][e] - tot[nt * 4 + e];
+            for (int e = 0; e < 4; ++e) vn[nt][e] = uu[nt][e] - (vw[0][nt][e] + vw[1][nt][e]);
         }
         const uint32_t fv[4] = {pack_bf16(vn[0][0], vn[0][1]), pack_bf16(vn[0][2], vn[0][3]),
                                 pack_bf16(vn[1][0], vn[1][1]), pack_bf16(vn[1][2], vn[1][3])};
-        // S^T <- S^T diag(decay) + v_new^T kg (this k-half)
+        // S^T <- S^T diag(decay) + v_new^T kg;  o^T += v_new^T Aqk^T
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
+        for (int np = 0; np < D / 16; ++np) {
             mma(s[2 * np], fv, fk[np][0], fk[np][1]);
             mma(s[2 * np + 1], fv, fk[np][2], fk[np][3]);
         }
-        if (khalf == 0) {  // o^T = S^T qg^T + v_new^T Aqk^T, staged for a coalesced store
-            uint32_t fa[4];
-            ldsm_x4(fa, tile_bn(sa, APAD, 0, lane));
-            float ot[2][4];
+        mma(oo[0], fv, fa[0], fa[1]);
+        mma(oo[1], fv, fa[2], fa[3]);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) ot[i >> 2][i & 3] = tot[8 + i];
-            mma(ot[0], fv, fa[0], fa[1]);
-            mma(ot[1], fv, fa[2], fa[3]);
+        for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    so[(nt * 8 + gj + (e & 1)) * UPAD + pair * 16 + gi + (e >> 1) * 8] = __float2bfloat16_rn(ot[nt][e]);
-                }
+            for (int e = 0; e < 4; ++e) {
+                const int vl = warp * 16 + gi + (e >> 1) * 8, j = nt * 8 + gj + (e & 1);
+                so[j * UPAD + vl] = __float2bfloat16_rn(oo[nt][e]);
             }
         }
         __syncthreads();
@@ -590,10 +558,10 @@ __global__ void __launch_bounds__(BV * 4) kda_state_fwd_kernel(const FwdArgs a) 
     cp_async_wait<0>();
     if (a.ht != nullptr) {
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
+        for (int nt = 0; nt < 16; ++nt) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int64_t v = v0 + (e >> 1) * 8, kcol = k0 + nt * 8 + (e & 1);
+                const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
                 a.ht[state + (a.v_first ? v * D + kcol : kcol * D + v)] = s[nt][e];
             }
         }
@@ -601,7 +569,7 @@ __global__ void __launch_bounds__(BV * 4) kda_state_fwd_kernel(const FwdArgs a) 
 }
 
 template <int BV>
-constexpr int k2_smem_bytes() { return K2_STAGES * K2_STAGE_BYTES + BT * (BV + 8) * 2 + (BV / 8) * K2_XCHG_BYTES; }
+constexpr int k2_smem_bytes() { return K2_STAGES * K2_STAGE_BYTES + BT * (BV + 8) * 2; }
 
 // ---------------------------------------------------------------------------------------------------------------
 // host side: validation (nothing reaches a kernel unless every pointer is device memory of the current device,
@@ -699,14 +667,14 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
         const int smem2 = k2_smem_bytes<64>();
         e = cudaFuncSetAttribute(kda_state_fwd_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2);
         if (e == cudaSuccess) {
-            kda_state_fwd_kernel<64><<<grid2, 256, smem2, s>>>(a);
+            kda_state_fwd_kernel<64><<<grid2, 128, smem2, s>>>(a);
             e = cudaGetLastError();
         }
     } else {
         const int smem2 = k2_smem_bytes<32>();
         e = cudaFuncSetAttribute(kda_state_fwd_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2);
         if (e == cudaSuccess) {
-            kda_state_fwd_kernel<32><<<grid2, 128, smem2, s>>>(a);
+            kda_state_fwd_kernel<32><<<grid2, 64, smem2, s>>>(a);
             e = cudaGetLastError();
         }
     }
