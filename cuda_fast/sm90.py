@@ -64,7 +64,21 @@ def verify(args: dict) -> tuple[bool, str]:
         t = args[name]
         if t.is_contiguous() and t.data_ptr() % align:
             return False, f"{name}'s data pointer is not {align}-byte aligned"
+    if args["q"].is_cuda and _triton_splits(args):
+        # measured (docs/benchmarks/H100_sm90.md): with few heads and long sequences Triton's chunk-parallel state
+        # passing is faster than this backend's serial recurrence
+        return False, (f"Triton's intra-card chunk-parallel state passing is faster here (N*HV = "
+                       f"{args['N'] * args['HV']}, sequences split into pieces)")
     return True, "bf16, K = V = 128, inference"
+
+
+def _triton_splits(args: dict) -> bool:
+    """Whether the Triton path would split this call's sequences into pieces (triton_kda.state_cp's planner)."""
+    from triton_kda.state_cp import piece_chunks
+
+    seqlens = args["seqlens_cpu"]
+    lens = tuple((seqlens[1:] - seqlens[:-1]).tolist()) if seqlens is not None else (args["T"],) * args["B"]
+    return piece_chunks(lens, args["chunk_size"], args["HV"], D, D, 2, args["q"].device) > 0
 
 
 @functools.cache

@@ -267,3 +267,16 @@ def test_auto_dispatch_picks_sm90_for_inference_only(monkeypatch):
     g = _case_inputs(CASES[0], requires_grad=True)
     chunk_kda(**g)[0].sum().backward()
     assert cuda_fast.backend_report()[-1].name == "triton"
+
+
+@pytest.mark.gpu
+@needs_target
+def test_verifier_leaves_split_sequences_to_triton(monkeypatch):
+    """Where Triton's intra-card planner splits the sequences (forced here), its path is the faster one."""
+    d = _case_inputs(CASES[1])
+    monkeypatch.setenv("TRITON_KDA_INTRACARD_CP", "1")
+    monkeypatch.setenv("TRITON_KDA_INTRACARD_CP_CHUNKS", "1")
+    ok, why = sm90.verify(_prepare(d)[2])
+    assert not ok and "chunk-parallel state passing is faster here" in why
+    monkeypatch.setenv("TRITON_KDA_INTRACARD_CP", "0")
+    assert sm90.verify(_prepare(d)[2])[0]

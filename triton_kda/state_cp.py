@@ -133,6 +133,24 @@ def _piece_plan(lens: tuple, BT: int, L: int, device: torch.device) -> PiecePlan
                      dev(ar[~is_first]), dev(first), dev(last), P, P - N)
 
 
+def piece_chunks(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int, device: torch.device) -> int:
+    """Piece length in chunks that `plan_pieces` splits the sequences into, or 0 where the serial path runs; host
+    only (no tensors are built, no device sync). Arguments and environment as `plan_pieces`."""
+    mode = os.environ.get(ENV_MODE, "auto").strip().lower()
+    if mode not in ("auto", "0", "1"):
+        raise ValueError(f"{ENV_MODE} must be auto, 0 or 1, got {mode!r}")
+    forced_env = os.environ.get(ENV_PIECE_CHUNKS, "").strip()
+    if forced_env and not (forced_env.isdigit() and int(forced_env) > 0):
+        raise ValueError(f"{ENV_PIECE_CHUNKS} must be a positive int (piece length in chunks), got {forced_env!r}")
+    if mode == "0":
+        return 0
+    arch = arch_of(device)
+    BC = cp_config(arch, K, V, elem_size).BC
+    nchunks = tuple((n + BT - 1) // BT for n in lens)
+    return _piece_chunks(nchunks, HV, triton.cdiv(V, state_config(arch, K, V, elem_size).BV), triton.cdiv(K, BC),
+                         triton.cdiv(V, BC), sm_count(device) * _PROGRAMS_PER_SM, mode, int(forced_env or 0))
+
+
 def plan_pieces(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int,
                 device: torch.device) -> PiecePlan | None:
     """Piece plan for one call, or None where the serial path runs (no sequence split).
@@ -142,20 +160,7 @@ def plan_pieces(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int,
     = `auto` (default: split where the cost model predicts a gain), `0` (never), `1` (always, wherever a sequence is
     longer than one piece); `TRITON_KDA_INTRACARD_CP_CHUNKS` = n fixes the piece length to n chunks. Never syncs
     with the device (the SM count is read once per device)."""
-    mode = os.environ.get(ENV_MODE, "auto").strip().lower()
-    if mode not in ("auto", "0", "1"):
-        raise ValueError(f"{ENV_MODE} must be auto, 0 or 1, got {mode!r}")
-    forced_env = os.environ.get(ENV_PIECE_CHUNKS, "").strip()
-    if forced_env and not (forced_env.isdigit() and int(forced_env) > 0):
-        raise ValueError(f"{ENV_PIECE_CHUNKS} must be a positive int (piece length in chunks), got {forced_env!r}")
-    if mode == "0":
-        return None
-    arch = arch_of(device)
-    BC = cp_config(arch, K, V, elem_size).BC
-    nchunks = tuple((n + BT - 1) // BT for n in lens)
-    L = _piece_chunks(nchunks, HV, triton.cdiv(V, state_config(arch, K, V, elem_size).BV), triton.cdiv(K, BC),
-                      triton.cdiv(V, BC),
-                      sm_count(device) * _PROGRAMS_PER_SM, mode, int(forced_env or 0))
+    L = piece_chunks(lens, BT, HV, K, V, elem_size, device)
     return _piece_plan(lens, BT, L, device) if L else None
 
 
