@@ -23,7 +23,6 @@ from pathlib import Path
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("kda_fwd.cu",)
 TARGETS = ("90a", "100a")
-CAPABILITY_TARGETS = {(9, 0): "90a", (10, 0): "100a"}
 FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr")
 CACHE_ENV = "TRITON_KDA_CUDA_CACHE"
 EXTRA_FLAGS_ENV = "TRITON_KDA_NVCC_FLAGS"  # extra nvcc flags (experiments, e.g. -DKDA_K1_MIN_BLOCKS=3); part of the key
@@ -120,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         targets = TARGETS
     else:
         import torch
+
+        from cuda_fast.sm90 import CAPABILITY_TARGETS
 
         if not torch.cuda.is_available():
             parser.error("no CUDA GPU here: name the targets with --arch")

@@ -20,7 +20,6 @@ from typing import NamedTuple
 
 import torch
 
-from cuda_fast.build import CAPABILITY_TARGETS, library
 from cuda_fast.registry import Backend, register
 
 NAME = "sm90"
@@ -30,6 +29,7 @@ BLOCK_V_ENV = "TRITON_KDA_SM90_BLOCK_V"
 BT = 16
 D = 128
 GATE_NONE, GATE_SOFTPLUS, GATE_LOWER_BOUND = 0, 1, 2
+CAPABILITY_TARGETS = {(9, 0): "90a", (10, 0): "100a"}  # compute capability -> nvcc target (cuda_fast.build)
 
 
 class FwdArgs(ctypes.Structure):
@@ -116,6 +116,8 @@ class _Library:
 @functools.cache
 def load_library(target: str) -> _Library:
     """The built library for a target ("90a" or "100a"); builds it on first use."""
+    from cuda_fast.build import library  # imported on first use: `python -m cuda_fast.build` runs it as __main__
+
     return _Library(library(target))
 
 

@@ -17,7 +17,7 @@ from triton_kda._validate import validate_chunk_kda
 from triton_kda.chunk import _backend_args
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
-on_target = torch.cuda.is_available() and torch.cuda.get_device_capability() in build.CAPABILITY_TARGETS
+on_target = torch.cuda.is_available() and torch.cuda.get_device_capability() in sm90.CAPABILITY_TARGETS
 needs_target = pytest.mark.skipif(not on_target, reason="needs an sm_90 or sm_100 GPU")
 
 
