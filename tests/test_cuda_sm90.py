@@ -151,7 +151,7 @@ def test_forcing_sm90_on_cpu_inputs_raises(monkeypatch):
 CASES = [
     (2, 130, 2, 4, None, dict(KIMI, initial_state=True)),
     (1, 300, 1, 1, None, dict(KIMI)),
-    (1, 253, 2, 2, [0, 1, 17, 100, 0, 135], dict(KIMI, initial_state=True, state_v_first=True)),
+    (1, 253, 1, 2, [0, 1, 17, 100, 0, 135], dict(KIMI, initial_state=True, state_v_first=True)),  # GVA varlen
     (2, 77, 1, 2, None, dict(use_qk_l2norm_in_kernel=True)),  # pre-gated logsigmoid, post-sigmoid beta
     (1, 96, 2, 2, None, dict(gate="strong", use_qk_l2norm_in_kernel=True, initial_state=True)),  # exact path
     (1, 64, 1, 1, None, dict(use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True)),  # softplus gate
@@ -184,7 +184,7 @@ def _poisoned(d):
     return dict(out=o, final_state=torch.full((N, HV, 128, 128), math.nan, device="cuda"), poison_workspace=True)
 
 
-TAGS = ["kimi-h0", "kimi", "kimi-varlen-h0-vfirst", "pregated", "strong-exact", "softplus", "negeig"]
+TAGS = ["kimi-h0", "kimi", "kimi-gva-varlen-h0-vfirst", "pregated", "strong-exact", "softplus", "negeig"]
 CASE_IDS = [case_id(B=c[0], T=c[1], H=c[2], HV=c[3]) + f"-{tag}" for c, tag in zip(CASES, TAGS, strict=True)]
 
 
