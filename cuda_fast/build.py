@@ -23,7 +23,8 @@ from pathlib import Path
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("kda_fwd.cu",)
 TARGETS = ("90a", "100a")
-FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr")
+COMPILE_FLAGS = ("-O3", "-std=c++17", "--expt-relaxed-constexpr")
+FLAGS = (*COMPILE_FLAGS, "-Xcompiler", "-fPIC")  # the shared library's
 CACHE_ENV = "TRITON_KDA_CUDA_CACHE"
 EXTRA_FLAGS_ENV = "TRITON_KDA_NVCC_FLAGS"  # extra nvcc flags (experiments, e.g. -DKDA_K1_MIN_BLOCKS=3); part of the key
 
@@ -100,7 +101,7 @@ def compile_cubins(out_dir: Path, targets: tuple[str, ...] = TARGETS) -> list[Pa
     for target in targets:
         for name in SOURCES:
             cubin = out_dir / f"{Path(name).stem}.sm{target}.cubin"
-            _run([nvcc, "-O3", "-std=c++17", "--expt-relaxed-constexpr", *extra_flags(), "-cubin", *gencode(target),
+            _run([nvcc, *COMPILE_FLAGS, *extra_flags(), "-cubin", *gencode(target),
                   "-o", str(cubin), str(CSRC / name)])
             cubins.append(cubin)
     return cubins

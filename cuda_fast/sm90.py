@@ -28,7 +28,6 @@ ENV_SWITCH = "TRITON_KDA_SM90"
 BLOCK_V_ENV = "TRITON_KDA_SM90_BLOCK_V"
 BT = 16
 D = 128
-GATE_NONE, GATE_SOFTPLUS, GATE_LOWER_BOUND = 0, 1, 2
 CAPABILITY_TARGETS = {(9, 0): "90a", (10, 0): "100a"}  # compute capability -> nvcc target (cuda_fast.build)
 
 
@@ -81,11 +80,6 @@ def _triton_splits(args: dict) -> bool:
     return piece_chunks(lens, args["chunk_size"], args["HV"], D, D, 2, args["q"].device) > 0
 
 
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def block_v(N: int, HV: int, device: torch.device) -> int:
     """State columns per program of the recurrence kernel: 32 (twice the programs) when 64-wide blocks would leave
     SMs idle, else 64; ``TRITON_KDA_SM90_BLOCK_V`` overrides."""
@@ -94,7 +88,9 @@ def block_v(N: int, HV: int, device: torch.device) -> int:
         if forced not in ("32", "64"):
             raise ValueError(f"{BLOCK_V_ENV} must be 32 or 64, got {forced!r}")
         return int(forced)
-    return 64 if N * HV * (D // 64) >= _sm_count(device) else 32
+    from triton_kda.configs import sm_count
+
+    return 64 if N * HV * (D // 64) >= sm_count(device) else 32
 
 
 class _Library:
@@ -149,6 +145,7 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, out=No
     ``out`` / ``final_state`` may be given (tests pass NaN-filled buffers to catch unwritten elements);
     ``poison_workspace`` fills the intermediate workspaces with NaN first (tests)."""
     from triton_kda.chunk_fwd import plan_chunks  # triton_kda imports cuda_fast: import at call time
+    from triton_kda.gate import gate_mode
 
     B, T, HV, V = v.shape
     dev = q.device
@@ -164,30 +161,30 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, out=No
     aqk = fill((HV, NT, BT, BT), math.nan, **bf16)
     decay = fill((HV, NT, D), math.nan, device=dev, dtype=torch.float32)
     o = torch.empty_like(v) if out is None else out
-    ht = final_state
-    if flags["output_final_state"] and ht is None:
-        ht = torch.empty(p.N, HV, D, D, device=dev, dtype=torch.float32)
+    ht = None
+    if flags["output_final_state"]:
+        ht = torch.empty(p.N, HV, D, D, device=dev, dtype=torch.float32) if final_state is None else final_state
     q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
     a_log = A_log.reshape(-1).float().contiguous() if A_log is not None else None
     bias = dt_bias.reshape(-1).float().contiguous() if dt_bias is not None else None
     h0 = initial_state.contiguous() if initial_state is not None else None
     lower_bound = flags["lower_bound"]
-    gate = GATE_NONE if not flags["use_gate_in_kernel"] else GATE_SOFTPLUS if lower_bound is None else GATE_LOWER_BOUND
     args = FwdArgs(
         q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta), A_log=_ptr(a_log), dt_bias=_ptr(bias),
         h0=_ptr(h0), cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices),
-        chunk_offsets=_ptr(plan.chunk_offsets), o=_ptr(o), ht=_ptr(ht) if flags["output_final_state"] else None,
+        chunk_offsets=_ptr(plan.chunk_offsets), o=_ptr(o), ht=_ptr(ht),
         qg=_ptr(qg), kg=_ptr(kg), w=_ptr(w), u=_ptr(u), aqk=_ptr(aqk), decay=_ptr(decay),
         N=p.N, TT=B * T, NT=NT, H=p.H, HV=HV, K=p.K, V=V, scale=p.scale,
         lower_bound=lower_bound if lower_bound is not None else 0.0,
-        beta_scale=2.0 if flags["allow_neg_eigval"] else 1.0, gate=gate,
+        beta_scale=2.0 if flags["allow_neg_eigval"] else 1.0,
+        gate=gate_mode(flags["use_gate_in_kernel"], lower_bound),
         l2norm=int(flags["use_qk_l2norm_in_kernel"]), beta_sigmoid=int(flags["use_beta_sigmoid_in_kernel"]),
         g_fp32=int(g.dtype == torch.float32), beta_fp32=int(beta.dtype == torch.float32), v_first=int(p.state_v_first),
         block_v=block_v(p.N, HV, dev),
     )
     with torch.cuda.device(dev):
         lib(args, torch.cuda.current_stream(dev).cuda_stream)
-    return FwdOut(o, ht if flags["output_final_state"] else None, Workspace(qg, kg, w, u, aqk, decay))
+    return FwdOut(o, ht, Workspace(qg, kg, w, u, aqk, decay))
 
 
 def chunk_kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, p, flags):

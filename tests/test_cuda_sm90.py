@@ -9,12 +9,10 @@ import torch
 
 import cuda_fast
 from cuda_fast import build, sm90
-from cuda_fast.registry import ENV_VAR, BackendDeclined, Registry
+from cuda_fast.registry import ENV_VAR, BackendDeclined, Registry, Selection
 from reference.kda import kda_chunk, kda_recurrent
 from tests.utils import assert_close, case_id, make_inputs
 from triton_kda import chunk_kda
-from triton_kda._validate import validate_chunk_kda
-from triton_kda.chunk import _backend_args
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
 on_target = torch.cuda.is_available() and torch.cuda.get_device_capability() in sm90.CAPABILITY_TARGETS
@@ -22,30 +20,25 @@ needs_target = pytest.mark.skipif(not on_target, reason="needs an sm_90 or sm_10
 
 
 def _prepare(d: dict, **extra):
-    """(p, flags, backend args) exactly as chunk_kda builds them for the kwargs dict d."""
-    kw = {**d, **extra}
-    get = kw.get
-    p = validate_chunk_kda(
-        kw["q"], kw["k"], kw["v"], kw["g"], kw["beta"], get("scale"), get("initial_state"),
-        get("output_final_state", False), get("use_qk_l2norm_in_kernel", False), get("use_gate_in_kernel", False),
-        get("use_beta_sigmoid_in_kernel", False), get("allow_neg_eigval", False), get("safe_gate", False),
-        get("lower_bound"), False, get("return_intermediate_states", False), get("state_v_first", False),
-        get("cu_seqlens"), get("cu_seqlens_cpu"), None, False, None,
-        {name: kw[name] for name in ("A_log", "dt_bias") if name in kw},
-    )
-    flags = dict(
-        output_final_state=get("output_final_state", False),
-        use_qk_l2norm_in_kernel=get("use_qk_l2norm_in_kernel", False),
-        use_gate_in_kernel=get("use_gate_in_kernel", False),
-        use_beta_sigmoid_in_kernel=get("use_beta_sigmoid_in_kernel", False),
-        allow_neg_eigval=get("allow_neg_eigval", False),
-        lower_bound=get("lower_bound") if get("use_gate_in_kernel", False) else None,
-        disable_recompute=False, return_intermediate_states=get("return_intermediate_states", False),
-        safe_gate=get("safe_gate", False),
-    )
-    args = _backend_args(kw["q"], kw["k"], kw["v"], kw["g"], kw["beta"], get("initial_state"), get("cu_seqlens"),
-                         p, flags)
-    return p, flags, args
+    """(p, flags, backend args) exactly as chunk_kda builds them for the kwargs dict d: chunk_kda runs with a registry
+    selection that records what it is given and what the chosen backend would be called with."""
+    seen = {}
+
+    def record(*call):
+        seen["p"], seen["flags"] = call[9], call[10]
+        return None, None
+
+    def select(op, args, device):
+        seen["args"] = args
+        return Selection("record", record, "test")
+
+    original = cuda_fast.select
+    cuda_fast.select = select
+    try:
+        chunk_kda(**d, **extra)
+    finally:
+        cuda_fast.select = original
+    return seen["p"], seen["flags"], seen["args"]
 
 
 KIMI = dict(use_gate_in_kernel=True, lower_bound=-5.0, safe_gate=True, use_beta_sigmoid_in_kernel=True,

@@ -165,7 +165,7 @@ def test_window_config_refuses_calls_it_cannot_take(call, match):
 def test_hopper_table_fits_shared_memory(monkeypatch):
     """On a Hopper-class GPU (faked here) the default launch fits 227 KB: the bf16 D = 512 entry as it is (192 KB,
     Triton's own figure on the H100), fp32 and separate k / v at D = 512 shrunk to fit."""
-    monkeypatch.setattr(configs, "_device_arch", lambda device: 90)
+    monkeypatch.setattr(configs, "arch_of", lambda device: 90)
     dev = torch.device("cuda")
     bf16 = configs.fmha_config(512, 64, 8192, False, dev)
     assert bf16 == FmhaConfig(64, 64, None, 8, 2) and online_smem(bf16, 512, 512, 2, True) == 192 * 1024

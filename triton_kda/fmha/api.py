@@ -8,7 +8,8 @@ from typing import NamedTuple
 import torch
 import triton
 
-from triton_kda.fmha.configs import FmhaConfig, WindowConfig, fmha_config, num_sms, window_config
+from triton_kda.configs import sm_count
+from triton_kda.fmha.configs import FmhaConfig, WindowConfig, fmha_config, window_config
 from triton_kda.fmha.fwd import AttnProblem, KeySet, attn_fwd
 from triton_kda.fmha.merge import launch_merge
 from triton_kda.fmha.window import window_fits, window_fwd
@@ -237,7 +238,7 @@ def _run(p: AttnProblem, num_splits: int | None, config: FmhaConfig | WindowConf
 
 def _default_splits(p: AttnProblem, cfg: FmhaConfig, G: int) -> int:
     """Split the keys across programs when the query tiles alone cannot fill the GPU (decode, short prefill)."""
-    sms = num_sms(p.q.device)
+    sms = sm_count(p.q.device)
     if sms <= 1:
         return 1
     B, T, HQ, _ = p.q.shape

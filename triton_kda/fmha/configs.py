@@ -19,15 +19,15 @@ at a time and stored at once: no running accumulator, so D = 512 needs no value 
 """
 from __future__ import annotations
 
-import functools
 import inspect
-import os
 from dataclasses import dataclass, replace
 
 import torch
 import triton.language as tl
 
-__all__ = ["WINDOW_MAX_KEYS", "FmhaConfig", "WindowConfig", "fmha_config", "num_sms", "window_config",
+from triton_kda.configs import arch_of
+
+__all__ = ["WINDOW_MAX_KEYS", "FmhaConfig", "WindowConfig", "fmha_config", "window_config",
            "window_keys", "window_tokens"]
 
 
@@ -127,37 +127,8 @@ WINDOW_MAX_KEYS = 256
 _WINDOW_DEFAULT_KEYS = 128
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
-@functools.lru_cache(maxsize=16)
-def _capability(index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(index)
-
-
-@functools.lru_cache(maxsize=16)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def num_sms(device: torch.device) -> int:
-    """Multiprocessor count of a CUDA device (cached per device); 1 for the interpreter / CPU tensors."""
-    if device.type != "cuda" or _interpreting():
-        return 1
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
 def _pow2_ceil(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
-
-
-def _device_arch(device: torch.device) -> int | None:
-    """Compute capability of a CUDA device as 10 * major + minor (90 for sm_90); None for the interpreter / CPU."""
-    if device.type != "cuda" or _interpreting():
-        return None
-    major, minor = _capability(device.index if device.index is not None else torch.cuda.current_device())
-    return 10 * major + minor
 
 
 def _fit_rows(cfg, G: int, T: int | None, gather: bool = False):
@@ -220,8 +191,8 @@ def fmha_config(
     queries per sequence (None when unknown, e.g. varlen), inputs of `itemsize` bytes, k and v one tensor or not,
     on `device`. Gather mode and short T shrink `block_m` to the rows they fill; the entry is then shrunk to fit the
     GPU's shared memory (fp32, separate k and v at D = 512, the smaller GPUs)."""
-    arch = _device_arch(device)
-    if arch is None:
+    arch = arch_of(device)
+    if not arch:  # the interpreter
         return _fit_rows(_INTERPRETER, G, T, gather)
     return arch_config(arch, D, G, T, gather, DV=DV, itemsize=itemsize, same_kv=same_kv)
 
@@ -254,8 +225,8 @@ def window_config(G: int, T: int | None, window: int, device: torch.device) -> W
     """The default launch of the single-block window kernel for group size G, T queries per sequence (None when
     unknown) and a sliding window of `window` keys, or None when a tile's keys do not fit one block of
     `_WINDOW_DEFAULT_KEYS` (the online-softmax kernel then runs)."""
-    arch = _device_arch(device)
-    if arch is None:
+    arch = arch_of(device)
+    if not arch:  # the interpreter
         return _window_fit(_INTERPRETER_WINDOW, G, T, window)
     return window_arch_config(arch, G, T, window)
 
