@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 __all__ = ["GATE_MODES", "case_id", "make_inputs", "max_abs", "rel_rmse"]
 
-GATE_MODES = ("logsigmoid", "safe", "strong", "raw")
+GATE_MODES = ("logsigmoid", "safe", "strong", "raw", "masked")
 
 
 def _pair(a: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,7 +113,9 @@ def make_inputs(
       "logsigmoid": logsigmoid(randn), typical decays; "safe": uniform in [lower_bound, 0) (lower_bound defaults to
       -5 here); "strong": logsigmoid, with a quarter of the (sequence, head, channel) lanes at -20..-60 per step
       (decayed to nothing within one step); "raw": randn raw gate input for use_gate_in_kernel (only there), with
-      A_log `[HV]` (log of U(1, 16)) and dt_bias `[HV * K]` (inverse softplus of dt in [1e-3, 1e-1]), both fp32.
+      A_log `[HV]` (log of U(1, 16)) and dt_bias `[HV * K]` (inverse softplus of dt in [1e-3, 1e-1]), both fp32;
+      "masked": raw gate input as fla's masked test draws it (only with use_gate_in_kernel): randn with half the
+      entries -1000 (no decay there), A_log as "raw", dt_bias ~ randn, so the other steps decay strongly.
     - seqlens: varlen batch (B must be 1, T must equal sum(seqlens), zeros allowed): adds cu_seqlens `[N + 1]` int64
       on device and cu_seqlens_cpu.
     - initial_state: adds a randn fp32 state `[N, HV, K, V]` (`[N, HV, V, K]` if state_v_first).
@@ -131,9 +133,10 @@ def make_inputs(
         gate = "raw" if use_gate_in_kernel else "logsigmoid"
     if gate not in GATE_MODES:
         raise ValueError(f"make_inputs: `gate` must be one of {GATE_MODES}, got {gate!r}")
-    if (gate == "raw") != use_gate_in_kernel:
+    if (gate in ("raw", "masked")) != use_gate_in_kernel:
         raise ValueError(
-            f"make_inputs: gate mode 'raw' goes with use_gate_in_kernel=True and only there, got gate={gate!r}, "
+            f"make_inputs: gate modes 'raw' and 'masked' go with use_gate_in_kernel=True and only there, got "
+            f"gate={gate!r}, "
             f"use_gate_in_kernel={use_gate_in_kernel}"
         )
     if seqlens is not None:
@@ -168,6 +171,10 @@ def make_inputs(
         g = F.logsigmoid(randn(B, T, HV, K))
         lanes = rand(B, 1, HV, K) < 0.25
         g = torch.where(lanes, -20 - 40 * rand(B, T, HV, K), g)
+    elif gate == "masked":
+        g = torch.where(rand(B, T, HV, K) < 0.5, -1000.0, randn(B, T, HV, K))
+        d["A_log"] = torch.log(1 + 15 * rand(HV))
+        d["dt_bias"] = randn(HV * K)
     else:
         g = randn(B, T, HV, K)
         d["A_log"] = torch.log(1 + 15 * rand(HV))

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 
 from triton_kda.chunk_fwd import ChunkPlan, IntraOut
-from triton_kda.configs import precision_of
+from triton_kda.configs import bwd_precision_of, precision_of
 from triton_kda.gate import gate_mode
 from triton_kda.intra import gate_cumsum, intra_bwd, qk_bwd, wy_bwd
 from triton_kda.state import state_bwd
@@ -42,9 +42,10 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     state_v_first); v_new: [TT, HV, V].
     """
     V = v.shape[2]
-    prec = precision_of(q.dtype)
+    prec = bwd_precision_of(q.dtype)
     gate = gate_mode(use_gate_in_kernel, lower_bound)
-    Gc = gate_cumsum(g, A_log, dt_bias, plan, BT, gate=gate, lower_bound=lower_bound, prec=prec)
+    # the gate cumsum as the forward computed it (its precision rule), the products at the backward's
+    Gc = gate_cumsum(g, A_log, dt_bias, plan, BT, gate=gate, lower_bound=lower_bound, prec=precision_of(q.dtype))
     dh, dv_new, dh0 = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do, dht, plan, BT, V,
                                 want_dh0=want_dh0, state_v_first=state_v_first, prec=prec)
     wy = wy_bwd(k, v, Gc, intra.rstd_k, intra.beta, intra.Akk, h, v_new, dv_new, do, plan, BT,

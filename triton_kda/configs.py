@@ -241,6 +241,14 @@ def precision_of(dtype: torch.dtype) -> str:
     return "tf32x3" if dtype == torch.float32 else "tf32"
 
 
+def bwd_precision_of(dtype: torch.dtype) -> str:
+    """`tl.dot` precision of the backward's products (state, WY and chunk-local backward): "tf32" for bf16 inputs
+    (their operands are bf16), "tf32x3" otherwise. fp16 runs take fp32 operands there (states, state gradients,
+    anchored factors): rounded to TF32 they cost the gate gradients an order of magnitude (H100, fla's masked fp16
+    varlen case: ddt_bias 1.0e-2 with TF32 operands, 5.8e-4 with fp32 ones)."""
+    return "tf32" if dtype == torch.bfloat16 else "tf32x3"
+
+
 def compile_specs(arch: int) -> list[CompileSpec]:
     """Every (kernel, launch configuration) the dispatcher can pick on `arch`, for ahead-of-time compilation (the
     FMHA family's too)."""
@@ -259,7 +267,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
     specs = []
     for K, V in ((64, 64), (128, 128), (256, 256)):
         for dname, (ty, is_bf16, dtype) in _DTYPES.items():
-            prec = precision_of(dtype)
+            prec, bprec = precision_of(dtype), bwd_precision_of(dtype)
             for BT in (32, 64):
                 ic = intra_config(arch, K, V)
                 sig = {n: "*fp32" for n in ("gl", "rstd_q", "rstd_k", "beta_act")}
@@ -296,7 +304,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
                 ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_DHT=True, STORE_DH0=True,
-                          V_FIRST=False, IS_BF16=is_bf16, PREC=prec)
+                          V_FIRST=False, IS_BF16=is_bf16, PREC=bprec)
                 specs.append(CompileSpec(f"state_bwd K{K} V{V} BT{BT} {dname}", _kda_state_bwd_kernel, sig, ce,
                                          sc.num_warps, sc.num_stages))
                 wc = wy_bwd_config(arch, K, V)
@@ -305,22 +313,22 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                                                  "dbeta_v")})
                 sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32"})
-                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, V_FIRST=False, VIA_STATE=prec == "tf32x3",
-                          PREC=prec)
+                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, V_FIRST=False,
+                          VIA_STATE=dtype == torch.float32, PREC=bprec)
                 specs.append(CompileSpec(f"wy_bwd K{K} V{V} BT{BT} {dname}", _kda_wy_bwd_kernel, sig, ce,
                                          wc.num_warps, wc.num_stages))
                 bc = intra_bwd_config(arch, K, V)
                 sig = {n: f"*{ty}" for n in ("q", "k", "v_new", "do")}
                 sig.update({n: "*fp32" for n in ("Gc", "gl", "rstd_q", "rstd_k", "beta_act", "dvb", "dAqk", "dL",
-                                                 "dq", "dk", "dG", "dbeta_k", "dGl_part")})
+                                                 "dq", "dk", "dG", "dbeta_k", "dGb_part")})
                 sig["h"] = sig["dh"] = "*bf16" if is_bf16 else "*fp32"  # grad_state_dtype
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "TT": "i32"})
-                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=bc.BC, BK=bc.BK, BV=bc.BV, V_FIRST=False, PREC=prec)
+                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=bc.BC, BK=bc.BK, BV=bc.BV, V_FIRST=False, PREC=bprec)
                 specs.append(CompileSpec(f"intra_bwd K{K} V{V} BT{BT} {dname}", _kda_intra_bwd_kernel, sig, ce,
                                          bc.num_warps, bc.num_stages))
                 gc = gate_bwd_config(arch, K)
                 sig = {"g": f"*{ty}", "dg": f"*{ty}"}
-                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "dG", "dGl_part", "dA_log_part",
+                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "dG", "dGb_part", "dA_log_part",
                                                  "ddt_bias_part")})
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "lower_bound": "fp32", "NT": "i32"})
                 ce = dict(HV=8, K=K, BT=BT, NC=BT // bc.BC, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True)
@@ -331,15 +339,17 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 ce = dict(HV=8, K=K, BT=BT, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True, PREC=prec)
                 specs.append(CompileSpec(f"gate_cumsum K{K} BT{BT} {dname}", _kda_gate_cumsum_fwd_kernel, sig, ce,
                                          gc.num_warps, 1))
-                specs += _cp_specs(arch, K, V, BT, dname, ty, is_bf16, prec)
+                specs += _cp_specs(arch, K, V, BT, dname, ty, is_bf16, prec, bprec)
             sig = {"x": f"*{ty}", "dx_part": "*fp32", "dx": f"*{ty}", "TT": "i32"}
             ce = dict(H=4, G=2, K=K, BT=32, BK=_kpad(K, arch), USE_L2NORM=True)
             specs.append(CompileSpec(f"qk_bwd K{K} {dname}", _kda_qk_bwd_kernel, sig, ce, 4, 1))
     return specs + fmha_compile_specs(arch)
 
 
-def _cp_specs(arch: int, K: int, V: int, BT: int, dname: str, ty: str, is_bf16: bool, prec: str) -> list[CompileSpec]:
-    """The four intra-card CP kernels (state_cp.py) of one (K, V, BT, dtype); the chain kernels once, at BT 64."""
+def _cp_specs(arch: int, K: int, V: int, BT: int, dname: str, ty: str, is_bf16: bool, prec: str,
+              bprec: str) -> list[CompileSpec]:
+    """The four intra-card CP kernels (state_cp.py) of one (K, V, BT, dtype); the chain kernels once, at BT 64.
+    prec / bprec: the forward's / backward's product precision."""
     from triton_kda.state_cp import (
         _kda_state_cp_bwd_chain_kernel,
         _kda_state_cp_bwd_map_kernel,
@@ -360,7 +370,7 @@ def _cp_specs(arch: int, K: int, V: int, BT: int, dname: str, ty: str, is_bf16: 
     sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
     sig.update({n: "*fp32" for n in ("gl", "dht", "maps")}, **tables)
     specs.append(CompileSpec(f"cp_bwd_map K{K} V{V} BT{BT} {dname}", _kda_state_cp_bwd_map_kernel, sig,
-                             dict(ce, HAS_DHT=True), cc.num_warps, cc.num_stages))
+                             dict(ce, HAS_DHT=True, PREC=bprec), cc.num_warps, cc.num_stages))
     if BT == 64:
         ce = dict(HV=8, K=K, V=V, BK=_kpad(K, arch), BV=cc.chain_BV, BKC=cc.chain_BKC, V_FIRST=False)
         for name, fn, state in (("cp_fwd_chain", _kda_state_cp_fwd_chain_kernel, ("h0", "init", "HAS_H0")),

@@ -525,7 +525,7 @@ def _kda_wy_bwd_kernel(
 @triton.jit
 def _kda_intra_bwd_kernel(
     q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
-    dq, dk, dG, dbeta_k, dGl_part,
+    dq, dk, dG, dbeta_k, dGb_part,
     cu_seqlens, chunk_indices, scale, TT,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
@@ -543,9 +543,9 @@ def _kda_intra_bwd_kernel(
     dqn = (do S^T) 2^G + Rq,  dkn = X beta 2^G + (v_new dS^T) 2^(G_last - G) + beta RL + C  (X = -dvb S^T), and
     dG, the gradient of G, from the same terms. The sums use the forward's anchored factorisation (anchor = the
     block's first row); a block whose gate range exceeds RANGE_MAX is summed exactly, column by column.
-    Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), dG [TT, HV, K] fp32, dbeta_k
-    [NK, TT, HV] fp32 (the beta gradient through w and L, before the sigmoid) and dGl_part [NT, NC, HV, K] fp32
-    (this block's part of the gradient of G_last, which reaches every row of the chunk through the cumsum).
+    Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), dG [TT, HV, K] fp32 (the gate
+    gradient's block-local part), dbeta_k [NK, TT, HV] fp32 (the beta gradient through w and L, before the sigmoid)
+    and dGb_part [NT, NC, 2, HV, K] fp32 (the block's totals of E and F, see below).
     """
     i_tc, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     NC: tl.constexpr = BT // BC
@@ -632,16 +632,21 @@ def _kda_intra_bwd_kernel(
     b_eG = tl.where(m_rk, tl.exp2(b_G_r), 0.0)
     b_eGl = tl.where(m_rk, tl.exp2(b_Gl[None, :] - b_G_r), 0.0)
     b_dkgl = b_dkg * b_eGl
-    b_dGl = tl.sum(b_dkgl * b_kn_r, axis=0)
-    if r == 0:
-        b_dGl += b_SdS * tl.exp2(b_Gl)
-    tl.store(dGl_part + ((i_t * NC + r) * HV + i_hv).to(tl.int64) * K + o_k, b_dGl, mask=m_k)
 
     b_XeGb = b_X * b_eG * b_b_r[:, None]
     b_RLb = b_RL * b_b_r[:, None]
     b_dqn = b_dqg * b_eG + b_Rq
     b_dkn = b_XeGb + b_dkgl + b_RLb + b_C
-    b_dGr = b_kn_r * (b_XeGb - b_dkgl + b_RLb - b_C) + b_qn_r * b_dqn
+    # the gate gradient of each row m sums only terms whose decay spans m, so strong decays give small values without
+    # cancellation: E (terms of G_i: qg, w, the rows and columns of Aqk / L) reaches the rows m <= i, F (terms of
+    # G_last - G_j: kg) the rows m > j, the state's decay 2^G_last every row. Block-local sums here, block totals in
+    # dGb_part (the gate kernel adds those of the other blocks)
+    b_E = tl.where(m_rk, b_kn_r * (b_XeGb + b_RLb - b_C) + b_qn_r * b_dqn, 0.0)
+    b_F = tl.where(m_rk, b_dkgl * b_kn_r, 0.0)
+    b_dGr = tl.cumsum(b_E, axis=0, reverse=True) + (tl.cumsum(b_F, axis=0) - b_F) + (b_SdS * tl.exp2(b_Gl))[None, :]
+    p_part = dGb_part + ((i_t * NC + r) * 2 * HV + i_hv).to(tl.int64) * K + o_k
+    tl.store(p_part, tl.sum(b_E, axis=0), mask=m_k)
+    tl.store(p_part + HV * K, tl.sum(b_F, axis=0), mask=m_k)
     tl.store(dbeta_k + (i_k * TT + bos + s0 + o_c).to(tl.int64) * HV + i_hv,
              tl.sum(b_kn_r * (b_X * b_eG + b_RL), axis=1), mask=m_r)
     p_dq = tl.make_block_ptr(dq + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
@@ -684,15 +689,16 @@ def _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kbn, b_G, b_G_r, r
 
 @triton.jit
 def _kda_gate_bwd_kernel(
-    g, A_log, dt_bias, dG, dGl_part, dg, dA_log_part, ddt_bias_part,
+    g, A_log, dt_bias, dG, dGb_part, dg, dA_log_part, ddt_bias_part,
     cu_seqlens, chunk_indices, lower_bound, NT,
     HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, NC: tl.constexpr, BK: tl.constexpr,
     GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
 ):
     """From the gradient of the gate cumsum to the raw gate: one program per (chunk, v-head, K slice).
 
-    g [TT, HV, K] (raw); dG [TT, HV, K] and dGl_part [NT, NC, HV, K] fp32 from `_kda_intra_bwd_kernel`.
-        dgate_i = sum_{i' >= i in the chunk} dG_i' + dG_last,  dg = dgate * d gate / d g
+    g [TT, HV, K] (raw); dG [TT, HV, K] (block-local part) and dGb_part [NT, NC, 2, HV, K] (block totals of E and
+    F) fp32 from `_kda_intra_bwd_kernel`. For row m of block r:
+        dgate_m = dG_m + sum_{r' > r} E_r' + sum_{r' < r} F_r',  dg = dgate * d gate / d g
     Writes dg [TT, HV, K] in g's dtype and, with the in-kernel gate, the per-chunk partials dA_log_part
     [NK, NT, HV] and ddt_bias_part [NT, HV, K] fp32."""
     i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -702,11 +708,14 @@ def _kda_gate_bwd_kernel(
     o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
     m_tk = (o_t < tl.minimum(T - t0, BT))[:, None] & m_k[None, :]
-    b_dGl = tl.zeros((BK,), dtype=tl.float32)
-    for r in tl.static_range(NC):
-        b_dGl += tl.load(dGl_part + ((i_t * NC + r) * HV + i_hv).to(tl.int64) * K + o_k, mask=m_k, other=0.0)
+    blk = o_t // (BT // NC)
     p_dG = tl.make_block_ptr(dG + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    b_dg = tl.where(m_tk, tl.cumsum(tl.load(p_dG, boundary_check=(0, 1)), axis=0, reverse=True) + b_dGl[None, :], 0.0)
+    b_dg = tl.load(p_dG, boundary_check=(0, 1))
+    for r in tl.static_range(NC):
+        p_part = dGb_part + ((i_t * NC + r) * 2 * HV + i_hv).to(tl.int64) * K + o_k
+        b_dg += tl.where((blk < r)[:, None], tl.load(p_part, mask=m_k, other=0.0)[None, :], 0.0)
+        b_dg += tl.where((blk > r)[:, None], tl.load(p_part + HV * K, mask=m_k, other=0.0)[None, :], 0.0)
+    b_dg = tl.where(m_tk, b_dg, 0.0)
     if GATE > 0:
         b_x, a = _gate_input_of(_gate_tile(g, bos, T, t0, i_hv, i_k, HV, K, BT, BK), A_log, dt_bias, i_hv, i_k, K,
                                 BK, HAS_A_LOG, HAS_DT_BIAS)
@@ -769,7 +778,7 @@ def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: flo
 def wy_bwd(k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int, *, state_v_first: bool,
            prec: str) -> WYBwdOut:
     """Launch `_kda_wy_bwd_kernel` on the (NT, HV) grid; shapes as in its docstring (contiguous, flattened). The
-    gradient of Akk goes through the state (VIA_STATE) for fp32 inputs (prec "tf32x3"), through v_new otherwise."""
+    gradient of Akk goes through the state (VIA_STATE) for fp32 inputs, through v_new otherwise."""
     TT, H, K = k.shape
     HV, V = v.shape[1], v.shape[2]
     cfg = wy_bwd_config(arch_of(k.device), K, V)
@@ -778,7 +787,8 @@ def wy_bwd(k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int,
                    dL=torch.empty(TT, HV, BT, **f32), dbeta=torch.empty(TT, HV, **f32))
     _kda_wy_bwd_kernel[(plan.NT, HV)](
         k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens, plan.chunk_indices,
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, VIA_STATE=prec == "tf32x3", PREC=prec,
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, VIA_STATE=k.dtype == torch.float32,
+        PREC=prec,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
@@ -809,23 +819,23 @@ def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, 
         """Run the kernel with `cfg`; returns its per-K-slice and per-block partials (their shapes follow BK, BC)."""
         NC, NK = BT // cfg.BC, triton.cdiv(K, cfg.BK)
         dbeta = torch.empty(NK, TT, HV, **f32)
-        dGl_part = torch.empty(plan.NT, NC, HV, K, **f32)
+        dGb_part = torch.empty(plan.NT, NC, 2, HV, K, **f32)
         _kda_intra_bwd_kernel[(plan.NT * NC, HV, NK)](
             q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dG, dbeta,
-            dGl_part, plan.cu_seqlens, plan.chunk_indices, scale, TT,
+            dGb_part, plan.cu_seqlens, plan.chunk_indices, scale, TT,
             H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, PREC=prec,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
-        return dbeta, dGl_part
+        return dbeta, dGb_part
 
     key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate)
-    dbeta, dGl_part = launch(tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch))
-    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dG, dGl_part, plan, BT, gate=gate,
+    dbeta, dGb_part = launch(tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch))
+    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dG, dGb_part, plan, BT, gate=gate,
                                               lower_bound=lower_bound)
     return IntraBwdOut(dq, dk, dg, dbeta, dA_log_part, ddt_bias_part)
 
 
-def gate_bwd(g, A_log, dt_bias, dG, dGl_part, plan, BT: int, *, gate: int, lower_bound: float | None):
+def gate_bwd(g, A_log, dt_bias, dG, dGb_part, plan, BT: int, *, gate: int, lower_bound: float | None):
     """Launch `_kda_gate_bwd_kernel` on the (NT, HV, NK) grid: (dg, dA_log_part or None, ddt_bias_part or None)."""
     TT, HV, K = g.shape
     cfg = gate_bwd_config(arch_of(g.device), K)
@@ -836,10 +846,10 @@ def gate_bwd(g, A_log, dt_bias, dG, dGl_part, plan, BT: int, *, gate: int, lower
     dA_log_part = torch.empty(NK, plan.NT, HV, **f32) if has_a_log else None
     ddt_bias_part = torch.empty(plan.NT, HV, K, **f32) if has_dt_bias else None
     _kda_gate_bwd_kernel[(plan.NT, HV, NK)](
-        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, dG, dGl_part, dg,
+        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, dG, dGb_part, dg,
         dA_log_part if has_a_log else dG, ddt_bias_part if has_dt_bias else dG,
         plan.cu_seqlens, plan.chunk_indices, lower_bound if lower_bound is not None else 0.0, plan.NT,
-        HV=HV, K=K, BT=BT, NC=dGl_part.shape[1], BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
+        HV=HV, K=K, BT=BT, NC=dGb_part.shape[1], BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
         num_warps=cfg.num_warps,
     )
     return dg, dA_log_part, ddt_bias_part
