@@ -42,7 +42,8 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     state_v_first); v_new: [TT, HV, V].
     """
     V = v.shape[2]
-    prec = bwd_precision_of(q.dtype)
+    bp = bwd_precision_of(q.dtype)
+    prec = bp.products
     gate = gate_mode(use_gate_in_kernel, lower_bound)
     # the gate cumsum as the forward computed it (its precision rule), the products at the backward's
     Gc = gate_cumsum(g, A_log, dt_bias, plan, BT, gate=gate, lower_bound=lower_bound, prec=precision_of(q.dtype))
@@ -52,7 +53,8 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
                 state_v_first=state_v_first, prec=prec)
     del dv_new  # [TT, HV, V] fp32: freed before the chunk-local stage's buffers are allocated
     it = intra_bwd(q, k, g, A_log, dt_bias, Gc, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, h, dh, v_new, wy,
-                   do, scale, plan, BT, gate=gate, lower_bound=lower_bound, state_v_first=state_v_first, prec=prec)
+                   do, scale, plan, BT, gate=gate, lower_bound=lower_bound, state_v_first=state_v_first, prec=bp.intra,
+                   prec_state=bp.intra_state)
     dbeta = wy.dbeta + it.dbeta.sum(0)
     if use_beta_sigmoid_in_kernel:
         # beta_act = s * sigmoid(x): d/dx = beta_act (1 - beta_act / s)

@@ -241,12 +241,23 @@ def precision_of(dtype: torch.dtype) -> str:
     return "tf32x3" if dtype == torch.float32 else "tf32"
 
 
-def bwd_precision_of(dtype: torch.dtype) -> str:
-    """`tl.dot` precision of the backward's products (state, WY and chunk-local backward): "tf32" for bf16 inputs
-    (their operands are bf16), "tf32x3" otherwise. fp16 runs take fp32 operands there (states, state gradients,
-    anchored factors): rounded to TF32 they cost the gate gradients an order of magnitude (H100, fla's masked fp16
-    varlen case: ddt_bias 1.0e-2 with TF32 operands, 5.8e-4 with fp32 ones)."""
-    return "tf32" if dtype == torch.bfloat16 else "tf32x3"
+class BwdPrecision(NamedTuple):
+    """`tl.dot` precisions of the backward's products."""
+    products: str      # the state, WY and CP-map backward
+    intra: str         # the chunk-local backward's intra-chunk sums (Rq, RL, C)
+    intra_state: str   # the chunk-local backward's state-side products (do S^T, v_new dS^T, dvb S^T)
+
+
+def bwd_precision_of(dtype: torch.dtype) -> BwdPrecision:
+    """fp32 inputs: tf32x3 everywhere. bf16: TF32 (the operands are bf16). fp16: TF32, except the chunk-local
+    backward, whose fp32 operands (anchored factors, states, state gradients) rounded to TF32 cost the gate gradients
+    an order of magnitude (H100, fla's masked fp16 varlen case: ddt_bias 1.0e-2 with TF32 there, 6.9e-4 with tf32x3
+    there; tf32x3 in the state or WY backward instead does not help)."""
+    if dtype == torch.float32:
+        return BwdPrecision("tf32x3", "tf32x3", "tf32x3")
+    if dtype == torch.float16:
+        return BwdPrecision("tf32", "tf32x3", "tf32x3")
+    return BwdPrecision("tf32", "tf32", "tf32")
 
 
 def compile_specs(arch: int) -> list[CompileSpec]:
@@ -267,7 +278,8 @@ def compile_specs(arch: int) -> list[CompileSpec]:
     specs = []
     for K, V in ((64, 64), (128, 128), (256, 256)):
         for dname, (ty, is_bf16, dtype) in _DTYPES.items():
-            prec, bprec = precision_of(dtype), bwd_precision_of(dtype)
+            prec, bp = precision_of(dtype), bwd_precision_of(dtype)
+            bprec = bp.products
             for BT in (32, 64):
                 ic = intra_config(arch, K, V)
                 sig = {n: "*fp32" for n in ("gl", "rstd_q", "rstd_k", "beta_act")}
@@ -320,18 +332,19 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 bc = intra_bwd_config(arch, K, V)
                 sig = {n: f"*{ty}" for n in ("q", "k", "v_new", "do")}
                 sig.update({n: "*fp32" for n in ("Gc", "gl", "rstd_q", "rstd_k", "beta_act", "dvb", "dAqk", "dL",
-                                                 "dq", "dk", "dG", "dbeta_k", "dGb_part")})
+                                                 "dq", "dk", "dE", "dF", "dbeta_k")})
                 sig["h"] = sig["dh"] = "*bf16" if is_bf16 else "*fp32"  # grad_state_dtype
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "TT": "i32"})
-                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=bc.BC, BK=bc.BK, BV=bc.BV, V_FIRST=False, PREC=bprec)
+                ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=bc.BC, BK=bc.BK, BV=bc.BV, V_FIRST=False, PREC=bp.intra,
+                          PREC_S=bp.intra_state)
                 specs.append(CompileSpec(f"intra_bwd K{K} V{V} BT{BT} {dname}", _kda_intra_bwd_kernel, sig, ce,
                                          bc.num_warps, bc.num_stages))
                 gc = gate_bwd_config(arch, K)
                 sig = {"g": f"*{ty}", "dg": f"*{ty}"}
-                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "dG", "dGb_part", "dA_log_part",
+                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "dE", "dF", "dA_log_part",
                                                  "ddt_bias_part")})
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "lower_bound": "fp32", "NT": "i32"})
-                ce = dict(HV=8, K=K, BT=BT, NC=BT // bc.BC, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True)
+                ce = dict(HV=8, K=K, BT=BT, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True)
                 specs.append(CompileSpec(f"gate_bwd K{K} BT{BT} {dname}", _kda_gate_bwd_kernel, sig, ce,
                                          gc.num_warps, 1))
                 sig = {"g": f"*{ty}", "A_log": "*fp32", "dt_bias": "*fp32", "Gc": "*fp32", "cu_seqlens": "*i64",

@@ -525,11 +525,11 @@ def _kda_wy_bwd_kernel(
 @triton.jit
 def _kda_intra_bwd_kernel(
     q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
-    dq, dk, dG, dbeta_k, dGb_part,
+    dq, dk, dE, dF, dbeta_k,
     cu_seqlens, chunk_indices, scale, TT,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
-    PREC: tl.constexpr,
+    PREC: tl.constexpr, PREC_S: tl.constexpr,
 ):
     """Chunk-local backward of one BC-row block and K slice: one program per (chunk x block, v-head, K slice).
 
@@ -543,9 +543,10 @@ def _kda_intra_bwd_kernel(
     dqn = (do S^T) 2^G + Rq,  dkn = X beta 2^G + (v_new dS^T) 2^(G_last - G) + beta RL + C  (X = -dvb S^T), and
     dG, the gradient of G, from the same terms. The sums use the forward's anchored factorisation (anchor = the
     block's first row); a block whose gate range exceeds RANGE_MAX is summed exactly, column by column.
-    Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), dG [TT, HV, K] fp32 (the gate
-    gradient's block-local part), dbeta_k [NK, TT, HV] fp32 (the beta gradient through w and L, before the sigmoid)
-    and dGb_part [NT, NC, 2, HV, K] fp32 (the block's totals of E and F, see below).
+    PREC: the precision of the intra-chunk products (Rq, RL, C), PREC_S of the state-side ones (do S^T, v_new dS^T,
+    dvb S^T). Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), the gate gradient's terms
+    dE, dF [TT, HV, K] fp32 (see below; `_kda_gate_bwd_kernel` sums them) and dbeta_k [NK, TT, HV] fp32 (the beta
+    gradient through w and L, before the sigmoid).
     """
     i_tc, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     NC: tl.constexpr = BT // BC
@@ -624,10 +625,10 @@ def _kda_intra_bwd_kernel(
         p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
         p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
         b_St = tl.trans(b_S)
-        b_dqg = tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_St, b_dqg, input_precision=PREC)
+        b_dqg = tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_St, b_dqg, input_precision=PREC_S)
         b_dkg = tl.dot(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32), tl.trans(b_dS), b_dkg,
-                       input_precision=PREC)
-        b_X -= tl.dot(tl.load(p_dvb, boundary_check=(0, 1)), b_St, input_precision=PREC)
+                       input_precision=PREC_S)
+        b_X -= tl.dot(tl.load(p_dvb, boundary_check=(0, 1)), b_St, input_precision=PREC_S)
         b_SdS += tl.sum(b_S * b_dS, axis=1)
     b_eG = tl.where(m_rk, tl.exp2(b_G_r), 0.0)
     b_eGl = tl.where(m_rk, tl.exp2(b_Gl[None, :] - b_G_r), 0.0)
@@ -639,22 +640,19 @@ def _kda_intra_bwd_kernel(
     b_dkn = b_XeGb + b_dkgl + b_RLb + b_C
     # the gate gradient of each row m sums only terms whose decay spans m, so strong decays give small values without
     # cancellation: E (terms of G_i: qg, w, the rows and columns of Aqk / L) reaches the rows m <= i, F (terms of
-    # G_last - G_j: kg) the rows m > j, the state's decay 2^G_last every row. Block-local sums here, block totals in
-    # dGb_part (the gate kernel adds those of the other blocks)
-    b_E = tl.where(m_rk, b_kn_r * (b_XeGb + b_RLb - b_C) + b_qn_r * b_dqn, 0.0)
-    b_F = tl.where(m_rk, b_dkgl * b_kn_r, 0.0)
-    b_dGr = tl.cumsum(b_E, axis=0, reverse=True) + (tl.cumsum(b_F, axis=0) - b_F) + (b_SdS * tl.exp2(b_Gl))[None, :]
-    p_part = dGb_part + ((i_t * NC + r) * 2 * HV + i_hv).to(tl.int64) * K + o_k
-    tl.store(p_part, tl.sum(b_E, axis=0), mask=m_k)
-    tl.store(p_part + HV * K, tl.sum(b_F, axis=0), mask=m_k)
+    # G_last - G_j: kg) the rows m > j, the state's decay 2^G_last every row (E's last row of the chunk carries it)
+    b_S_last = tl.where((r * BC + o_c == n_valid - 1)[:, None], (b_SdS * tl.exp2(b_Gl))[None, :], 0.0)
+    b_E = b_kn_r * (b_XeGb + b_RLb - b_C) + b_qn_r * b_dqn + b_S_last
     tl.store(dbeta_k + (i_k * TT + bos + s0 + o_c).to(tl.int64) * HV + i_hv,
              tl.sum(b_kn_r * (b_X * b_eG + b_RL), axis=1), mask=m_r)
     p_dq = tl.make_block_ptr(dq + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
     p_dk = tl.make_block_ptr(dk + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-    p_dG = tl.make_block_ptr(dG + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    p_dE = tl.make_block_ptr(dE + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    p_dF = tl.make_block_ptr(dF + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
     tl.store(p_dq, b_dqn * scale, boundary_check=(0, 1))
     tl.store(p_dk, b_dkn, boundary_check=(0, 1))
-    tl.store(p_dG, tl.where(m_rk, b_dGr, 0.0), boundary_check=(0, 1))
+    tl.store(p_dE, b_E, boundary_check=(0, 1))
+    tl.store(p_dF, b_dkgl * b_kn_r, boundary_check=(0, 1))
 
 
 @triton.jit
@@ -689,16 +687,16 @@ def _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kbn, b_G, b_G_r, r
 
 @triton.jit
 def _kda_gate_bwd_kernel(
-    g, A_log, dt_bias, dG, dGb_part, dg, dA_log_part, ddt_bias_part,
+    g, A_log, dt_bias, dE, dF, dg, dA_log_part, ddt_bias_part,
     cu_seqlens, chunk_indices, lower_bound, NT,
-    HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, NC: tl.constexpr, BK: tl.constexpr,
+    HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
 ):
     """From the gradient of the gate cumsum to the raw gate: one program per (chunk, v-head, K slice).
 
-    g [TT, HV, K] (raw); dG [TT, HV, K] (block-local part) and dGb_part [NT, NC, 2, HV, K] (block totals of E and
-    F) fp32 from `_kda_intra_bwd_kernel`. For row m of block r:
-        dgate_m = dG_m + sum_{r' > r} E_r' + sum_{r' < r} F_r',  dg = dgate * d gate / d g
+    g [TT, HV, K] (raw); dE, dF [TT, HV, K] fp32 from `_kda_intra_bwd_kernel`. For row m of a chunk:
+        dgate_m = sum_{i >= m} dE_i + sum_{j < m} dF_j,  dg = dgate * d gate / d g
+    (both sums run over the terms whose decay spans m: no cancellation under strong decay)
     Writes dg [TT, HV, K] in g's dtype and, with the in-kernel gate, the per-chunk partials dA_log_part
     [NK, NT, HV] and ddt_bias_part [NT, HV, K] fp32."""
     i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -708,13 +706,12 @@ def _kda_gate_bwd_kernel(
     o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
     m_tk = (o_t < tl.minimum(T - t0, BT))[:, None] & m_k[None, :]
-    blk = o_t // (BT // NC)
-    p_dG = tl.make_block_ptr(dG + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    b_dg = tl.load(p_dG, boundary_check=(0, 1))
-    for r in tl.static_range(NC):
-        p_part = dGb_part + ((i_t * NC + r) * 2 * HV + i_hv).to(tl.int64) * K + o_k
-        b_dg += tl.where((blk < r)[:, None], tl.load(p_part, mask=m_k, other=0.0)[None, :], 0.0)
-        b_dg += tl.where((blk > r)[:, None], tl.load(p_part + HV * K, mask=m_k, other=0.0)[None, :], 0.0)
+    p_dE = tl.make_block_ptr(dE + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    # dF one row down (row m holds dF_{m-1}): its inclusive cumsum is the exclusive one of dF
+    m_prev = (o_t >= 1)[:, None] & m_tk
+    b_dFp = tl.load(dF + ((bos + t0 + o_t - 1).to(tl.int64) * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_prev,
+                    other=0.0)
+    b_dg = tl.cumsum(tl.load(p_dE, boundary_check=(0, 1)), axis=0, reverse=True) + tl.cumsum(b_dFp, axis=0)
     b_dg = tl.where(m_tk, b_dg, 0.0)
     if GATE > 0:
         b_x, a = _gate_input_of(_gate_tile(g, bos, T, t0, i_hv, i_k, HV, K, BT, BK), A_log, dt_bias, i_hv, i_k, K,
@@ -805,7 +802,7 @@ class IntraBwdOut(NamedTuple):
 
 def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
               scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
-              prec: str) -> IntraBwdOut:
+              prec: str, prec_state: str) -> IntraBwdOut:
     """Launch `_kda_intra_bwd_kernel` on the (NT * NC, HV, NK) grid, then `_kda_gate_bwd_kernel` on (NT, HV, NK);
     shapes as in their docstrings (contiguous, flattened to TT tokens); A_log [HV] and dt_bias [HV * K] or None;
     gate: the GATE constexpr; wy: `wy_bwd`'s outputs."""
@@ -813,29 +810,27 @@ def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, 
     HV, V = g.shape[1], v_new.shape[2]
     arch = arch_of(q.device)
     f32 = dict(device=q.device, dtype=torch.float32)
-    dq, dk, dG = (torch.empty(TT, HV, K, **f32) for _ in range(3))
+    dq, dk, dE, dF = (torch.empty(TT, HV, K, **f32) for _ in range(4))
 
     def launch(cfg):
-        """Run the kernel with `cfg`; returns its per-K-slice and per-block partials (their shapes follow BK, BC)."""
+        """Run the kernel with `cfg`; returns its per-K-slice beta partials (their shape follows BK)."""
         NC, NK = BT // cfg.BC, triton.cdiv(K, cfg.BK)
         dbeta = torch.empty(NK, TT, HV, **f32)
-        dGb_part = torch.empty(plan.NT, NC, 2, HV, K, **f32)
         _kda_intra_bwd_kernel[(plan.NT * NC, HV, NK)](
-            q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dG, dbeta,
-            dGb_part, plan.cu_seqlens, plan.chunk_indices, scale, TT,
+            q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dE, dF, dbeta,
+            plan.cu_seqlens, plan.chunk_indices, scale, TT,
             H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, PREC=prec,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            PREC_S=prec_state, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
-        return dbeta, dGb_part
+        return dbeta
 
     key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate)
-    dbeta, dGb_part = launch(tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch))
-    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dG, dGb_part, plan, BT, gate=gate,
-                                              lower_bound=lower_bound)
+    dbeta = launch(tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch))
+    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dE, dF, plan, BT, gate=gate, lower_bound=lower_bound)
     return IntraBwdOut(dq, dk, dg, dbeta, dA_log_part, ddt_bias_part)
 
 
-def gate_bwd(g, A_log, dt_bias, dG, dGb_part, plan, BT: int, *, gate: int, lower_bound: float | None):
+def gate_bwd(g, A_log, dt_bias, dE, dF, plan, BT: int, *, gate: int, lower_bound: float | None):
     """Launch `_kda_gate_bwd_kernel` on the (NT, HV, NK) grid: (dg, dA_log_part or None, ddt_bias_part or None)."""
     TT, HV, K = g.shape
     cfg = gate_bwd_config(arch_of(g.device), K)
@@ -846,10 +841,10 @@ def gate_bwd(g, A_log, dt_bias, dG, dGb_part, plan, BT: int, *, gate: int, lower
     dA_log_part = torch.empty(NK, plan.NT, HV, **f32) if has_a_log else None
     ddt_bias_part = torch.empty(plan.NT, HV, K, **f32) if has_dt_bias else None
     _kda_gate_bwd_kernel[(plan.NT, HV, NK)](
-        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, dG, dGb_part, dg,
-        dA_log_part if has_a_log else dG, ddt_bias_part if has_dt_bias else dG,
+        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, dE, dF, dg,
+        dA_log_part if has_a_log else dE, ddt_bias_part if has_dt_bias else dE,
         plan.cu_seqlens, plan.chunk_indices, lower_bound if lower_bound is not None else 0.0, plan.NT,
-        HV=HV, K=K, BT=BT, NC=dGb_part.shape[1], BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
+        HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
         num_warps=cfg.num_warps,
     )
     return dg, dA_log_part, ddt_bias_part

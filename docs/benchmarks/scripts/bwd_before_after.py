@@ -1,13 +1,15 @@
 """fwd+bwd time of the package before and after a backward change, side by side in one process (one GPU call).
 
     python3 docs/benchmarks/scripts/bwd_before_after.py [--old-dir .old] [--dtypes bf16,fp16] [--rounds 3]
+        [--shapes B1-T8192-H16,...] [--profile]
 
 `--old-dir` holds a copy of the earlier `triton_kda` package renamed `triton_kda_old` (e.g.
 `git archive <commit> triton_kda | tar -x -C .old` and the package's imports renamed). Times fwd+bwd (forward,
 then `o.sum()`-style backward with a fixed upstream gradient into q, k, v, g, beta, A_log, dt_bias) with
 `triton.testing.do_bench` medians on the standard suite's shapes with Kimi Linear's flags (l2norm, gate in kernel
 with A_log and dt_bias, safe_gate, lower_bound -5, beta sigmoid), alternating old and new for `--rounds` rounds.
-Prints one markdown row per shape and dtype: old ms, new ms, new / old.
+Prints one markdown row per shape and dtype: old ms, new ms, new / old. `--profile` also prints each kernel's mean
+CUDA time per step (torch.profiler over 10 steps) for old and new.
 """
 from __future__ import annotations
 
@@ -42,30 +44,59 @@ def step(fn, d, do):
     torch.autograd.backward(o, do)
 
 
+def kernel_times(fn, d, do, steps=10) -> dict:
+    """Mean CUDA time per step (us) of each kernel launched by `steps` fwd+bwd steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        step(fn, d, do)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step(fn, d, do)
+        torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if t > 0:
+            out[e.key] = t / steps
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--old-dir", default=".old")
     ap.add_argument("--dtypes", default="bf16,fp16")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--shapes", default=",".join(f"B{b}-T{t}-H{h}" for b, t, h in SHAPES))
+    ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, os.path.abspath(args.old_dir))
-    from triton_kda import chunk_kda as new
     from triton_kda_old import chunk_kda as old
+
+    from triton_kda import chunk_kda as new
 
     dts = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| shape | dtype | old fwd+bwd ms | new fwd+bwd ms | new / old |\n|---|---|---:|---:|---:|")
     for dname in args.dtypes.split(","):
-        for B, T, H in SHAPES:
+        for shape in args.shapes.split(","):
+            B, T, H = (int(x[1:]) for x in shape.split("-"))
             d = inputs(B, T, H, dts[dname])
             do = torch.randn_like(d["v"])
             times = {"old": [], "new": []}
             for _ in range(args.rounds):
                 for name, fn in (("old", old), ("new", new)):
-                    times[name].append(do_bench(lambda fn=fn: step(fn, d, do), warmup=50, rep=300,
+                    times[name].append(do_bench(lambda fn=fn, d=d, do=do: step(fn, d, do), warmup=50, rep=300,
                                                 grad_to_none=list(d.values())))
             o, n = statistics.median(times["old"]), statistics.median(times["new"])
             print(f"| B{B} T{T} H{H} | {dname} | {o:.3f} | {n:.3f} | {n / o:.3f} |", flush=True)
+            if args.profile:
+                ko, kn = kernel_times(old, d, do), kernel_times(new, d, do)
+                print("| kernel | old us | new us |\n|---|---:|---:|")
+                for name in sorted(set(ko) | set(kn), key=lambda x: -max(ko.get(x, 0), kn.get(x, 0))):
+                    print(f"| {name[:60]} | {ko.get(name, 0):.1f} | {kn.get(name, 0):.1f} |")
+                print(f"| total | {sum(ko.values()):.1f} | {sum(kn.values()):.1f} |", flush=True)
             del d, do
             torch.cuda.empty_cache()
 

@@ -120,8 +120,8 @@ def oracle(d, do, dht):
 
 
 class GateSpy:
-    """Captures what intra.gate_bwd receives and forms dgate (natural units) from it in fp64: the block-local part dG
-    plus the totals of the other blocks (dGb_part [NT, NC, 2, HV, K]: E for the blocks after, F for those before)."""
+    """Captures what intra.gate_bwd receives and forms dgate (natural units) from it in fp64: per chunk, the reverse
+    cumsum of dE plus the exclusive cumsum of dF."""
 
     def __init__(self):
         self.cap = None
@@ -129,9 +129,9 @@ class GateSpy:
     def __enter__(self):
         self.orig = intra.gate_bwd
 
-        def spy(g, A_log, dt_bias, dG, dGb_part, plan, BT, **kw):
-            self.cap = (dG.double(), dGb_part.double(), plan, BT)
-            return self.orig(g, A_log, dt_bias, dG, dGb_part, plan, BT, **kw)
+        def spy(g, A_log, dt_bias, dE, dF, plan, BT, **kw):
+            self.cap = (dE.double(), dF.double(), plan, BT)
+            return self.orig(g, A_log, dt_bias, dE, dF, plan, BT, **kw)
 
         intra.gate_bwd = spy
         return self
@@ -140,18 +140,14 @@ class GateSpy:
         intra.gate_bwd = self.orig
 
     def dgate(self, shape):
-        dG, part, plan, BT = self.cap
-        NC = part.shape[1]
-        BC = BT // NC
-        out = dG.clone()
+        dE, dF, plan, BT = self.cap
+        out = torch.zeros_like(dE)
         ci = plan.chunk_indices.view(-1, 2).tolist()
         cu = plan.cu_seqlens.tolist()
-        for it, (n, c) in enumerate(ci):
+        for n, c in ci:
             s = cu[n] + c * BT
             e = min(cu[n + 1], s + BT)
-            for m in range(s, e):
-                r = (m - s) // BC
-                out[m] += part[it, r + 1:, 0].sum(0) + part[it, :r, 1].sum(0)
+            out[s:e] = dE[s:e].flip(0).cumsum(0).flip(0) + dF[s:e].cumsum(0) - dF[s:e]
         return out.reshape(shape)
 
 
@@ -179,8 +175,11 @@ def variant(name: str):
             f = lambda dt: "tf32x3" if dt == torch.float32 else "ieee"  # noqa: E731
             setattr_(chunk_fwd, "precision_of", f)
             setattr_(chunk_bwd, "precision_of", f)
-        elif p == "ieeebwd":
-            setattr_(chunk_bwd, "precision_of", lambda dt: "tf32x3" if dt == torch.float32 else "ieee")
+        elif p in ("tf32bwd", "a32", "s32"):  # fp16's backward products at TF32: all, the intra-chunk, the state-side
+            fields = {"tf32bwd": ("products", "intra", "intra_state"), "a32": ("intra",), "s32": ("intra_state",)}[p]
+            orig = chunk_bwd.bwd_precision_of
+            setattr_(chunk_bwd, "bwd_precision_of", lambda dt, _o=orig, _f=fields: _o(dt)._replace(
+                **{f: "tf32" for f in _f}) if dt == torch.float16 else _o(dt))
         elif p == "h32":
             setattr_(chunk, "grad_state_dtype", lambda dt: torch.float32)
         elif p == "dh32":
@@ -190,7 +189,7 @@ def variant(name: str):
                 chunk_fwd.state_fwd, "v_new = torch.empty(TT, HV, V, device=dev, dtype=dt)",
                 "v_new = torch.empty(TT, HV, V, device=dev, dtype=torch.float32)", chunk_fwd))
         elif p == "viastate":
-            setattr_(chunk_bwd, "wy_bwd", patched_source(intra.wy_bwd, 'VIA_STATE=prec == "tf32x3"',
+            setattr_(chunk_bwd, "wy_bwd", patched_source(intra.wy_bwd, 'VIA_STATE=k.dtype == torch.float32',
                                                          "VIA_STATE=True", intra))
         else:
             raise ValueError(p)
