@@ -13,7 +13,7 @@ import torch._dynamo
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 
-from benchmarks.stack_check import KDABlock, block_grads
+from benchmarks.stack_check import KDABlock, block_grads, compile_errors
 from tests.utils import DEVICE, assert_close, make_inputs
 from triton_kda import chunk_kda, ops
 
@@ -135,6 +135,8 @@ OPCHECK = {
     "varlen-disable_recompute-gate": (
         dict(shape=(1, 40, 1, 1, 16, 16), seqlens=[7, 33], initial_state=True, use_gate_in_kernel=True),
         dict(disable_recompute=True, use_gate_in_kernel=True)),
+    "B2-T40-intermediate-states-inference": (
+        dict(shape=(2, 40, 1, 1, 16, 16), initial_state=True), dict(return_intermediate_states=True, grad=False)),
     "varlen-intermediate-states-v_first-inference": (
         dict(shape=(1, 40, 1, 2, 16, 16), seqlens=[40, 0], initial_state=True, state_v_first=True),
         dict(return_intermediate_states=True, state_v_first=True, grad=False)),
@@ -163,19 +165,20 @@ def test_opcheck_backward_op():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)], ids=["fp32", "bf16"])
-def test_inductor_fullgraph_block_matches_eager(dtype, tol):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_inductor_fullgraph_block_matches_eager(dtype):
+    """Inductor's block is as close to the fp32 eager block as eager's own (fp32: equal to it up to fusion order)."""
     torch.manual_seed(0)
-    block = KDABlock(D=256, H=2, K=128).to("cuda", dtype)
-    x = torch.randn(2, 300, 256, device="cuda", dtype=dtype)
+    block = KDABlock(D=256, H=2, K=128).to("cuda")
+    x = torch.randn(2, 300, 256, device="cuda")
     dy = torch.randn_like(x)
     torch._dynamo.reset()
     counters.clear()
-    got = block_grads(block, torch.compile(block, fullgraph=True), x, dy)
+    e = compile_errors(block, dtype, x, dy)
     assert sum(counters["graph_break"].values()) == 0
-    ref = block_grads(block, block, x, dy)
-    for i, (a, b) in enumerate(zip(got, ref, strict=True)):
-        assert_close(f"block output {i}", a, b, tol)
+    if dtype == torch.float32:
+        assert e["compiled_vs_eager"] <= 1e-5
+    assert e["compiled_err"] <= 1.5 * e["eager_err"] + 1e-4, e
 
 
 @pytest.mark.gpu

@@ -48,13 +48,15 @@ def chunk_kda(
         scale: multiplies q (after l2norm); defaults to ``K ** -0.5``.
         initial_state: ``[N, HV, K, V]`` fp32 (``[N, HV, V, K]`` with ``state_v_first``).
         cu_seqlens: ``[N + 1]`` int32/int64 sequence boundaries (then B == 1); ``cu_seqlens_cpu`` its CPU copy,
-            which spares a device sync.
+            which spares a device sync (needed for CUDA-graph capture; fixed-length calls never sync).
         kwargs: ``A_log`` (``[HV]``), ``dt_bias`` (``[HV * K]``) for the in-kernel gate; ``chunk_size`` 32 or 64.
 
     Returns:
         ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype, final_state ``[N, HV, K, V]`` fp32 or None;
         with ``return_intermediate_states`` (inference mode) also ``h`` ``[B, NT, HV, K, V]``, the state at
         each chunk start, in q's dtype.
+
+    Works under ``torch.compile(fullgraph=True)`` (a custom op: no graph break) and inside CUDA graphs.
     """
     p = validate_chunk_kda(
         q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel,

@@ -190,7 +190,8 @@ def bwd_impl(
     initial_state."""
     B, T, HV, V = v.shape
     BT = chunk_size
-    seqlens = seqlens_on_cpu(cu_seqlens, cu_seqlens_cpu, T) if cu_seqlens is not None else None
+    # the forward checked the boundaries; without their CPU copy they are copied to the host again (a sync)
+    seqlens = (cu_seqlens_cpu if cu_seqlens_cpu is not None else cu_seqlens.cpu()) if cu_seqlens is not None else None
     plan = plan_chunks(B, T, BT, q.device, seqlens, cu_seqlens)
     a_log = A_log.reshape(-1) if A_log is not None else None
     dt = dt_bias.reshape(-1) if dt_bias is not None else None
