@@ -114,7 +114,7 @@ def fwd_impl(
             raise RuntimeError(f"cuda_fast backend {backend.name!r} accepted a chunk_kda call that needs a backward; "
                                f"backends serve the forward only, so its verifier must decline requires_grad=True.")
         o, ht, *h = backend.fn(q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, cu_seqlens, p, flags)
-        return (o.contiguous(), ht if ht is not None else _none(q),
+        return (o.contiguous(), ht if output_final_state else _none(q),
                 h[0] if return_intermediate_states else q.new_empty(0), [])
     B, T, HV, V = v.shape
     plan = plan_chunks(B, T, p.chunk_size, q.device, p.seqlens_cpu, cu_seqlens)
