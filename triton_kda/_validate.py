@@ -18,6 +18,7 @@ import warnings
 from typing import Any, NamedTuple
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _INDEX_DTYPES = (torch.int32, torch.int64)
@@ -40,7 +41,8 @@ class KDAProblem(NamedTuple):
     state_v_first: states are ``[N, HV, V, K]`` when True, ``[N, HV, K, V]`` when False (deprecated
         ``transpose_state_layout`` already folded in).
     seqlens_cpu: int64 CPU copy of the sequence boundaries ``[N + 1]`` (taken from ``cu_seqlens_cpu`` when given),
-        ``None`` without ``cu_seqlens``.
+        ``None`` without ``cu_seqlens``, and while tracing (torch.compile, fake tensors), where the values cannot
+        be read: the op (`triton_kda.ops`) then checks them when it runs, with the same errors, before any launch.
     """
 
     B: int
@@ -232,18 +234,28 @@ def _check_lower_bound(lower_bound) -> None:
         raise ValueError(f"`lower_bound` must be a finite negative number (log-space gate floor), got {lower_bound}.")
 
 
-def _seqlens_on_cpu(cu_seqlens: torch.Tensor, cu_seqlens_cpu, T: int) -> torch.Tensor:
-    """int64 CPU copy of the boundaries, checked: starts at 0, non-decreasing, ends at T."""
+def _check_seqlens_cpu(cu_seqlens: torch.Tensor, cu_seqlens_cpu) -> None:
+    """cu_seqlens_cpu's type, device and length (what can be checked without reading values)."""
     if cu_seqlens_cpu is None:
-        name, source = "cu_seqlens", cu_seqlens
-    else:
-        name, source = "cu_seqlens_cpu", cu_seqlens_cpu
-        _require_index_tensor(name, source)
-        if source.device.type != "cpu":
-            raise ValueError(f"`cu_seqlens_cpu` must be a CPU tensor, got device {source.device}.")
-        if source.shape != cu_seqlens.shape:
-            raise ValueError(f"`cu_seqlens_cpu` must have the length of `cu_seqlens` ({cu_seqlens.shape[0]}), "
-                             f"got {source.shape[0]}.")
+        return
+    _require_index_tensor("cu_seqlens_cpu", cu_seqlens_cpu)
+    if cu_seqlens_cpu.device.type != "cpu":
+        raise ValueError(f"`cu_seqlens_cpu` must be a CPU tensor, got device {cu_seqlens_cpu.device}.")
+    if cu_seqlens_cpu.shape != cu_seqlens.shape:
+        raise ValueError(f"`cu_seqlens_cpu` must have the length of `cu_seqlens` ({cu_seqlens.shape[0]}), "
+                         f"got {cu_seqlens_cpu.shape[0]}.")
+
+
+def _traced(t: torch.Tensor) -> bool:
+    """Whether t's values cannot be read here: dynamo is tracing (torch.compile) or t is a fake tensor."""
+    return torch.compiler.is_compiling() or is_fake(t)
+
+
+def seqlens_on_cpu(cu_seqlens: torch.Tensor, cu_seqlens_cpu, T: int) -> torch.Tensor:
+    """int64 CPU copy of the boundaries (from cu_seqlens_cpu when given, else copied from cu_seqlens: a sync),
+    checked: starts at 0, non-decreasing, ends at T."""
+    _check_seqlens_cpu(cu_seqlens, cu_seqlens_cpu)
+    name, source = ("cu_seqlens", cu_seqlens) if cu_seqlens_cpu is None else ("cu_seqlens_cpu", cu_seqlens_cpu)
     seqlens = source.to(device="cpu", dtype=torch.int64, copy=True)
     if seqlens[0] != 0:
         raise ValueError(f"`{name}` must start at 0, got {_preview(seqlens)}.")
@@ -289,7 +301,8 @@ def validate_chunk_kda(
     the three float dtypes), beta ``[B, T, HV]`` (fp32 or q's dtype), initial_state fp32 ``[N, HV, K, V]``
     (``[N, HV, V, K]`` with state_v_first), cu_seqlens int32/int64 ``[N + 1]`` (then B == 1), all on q's device;
     kwargs ``A_log`` (HV elements), ``dt_bias`` (HV * K elements), ``chunk_size`` (32 or 64, default 64) and the
-    deprecated ``transpose_state_layout``. Copies cu_seqlens to the CPU once unless cu_seqlens_cpu is given.
+    deprecated ``transpose_state_layout``. Copies cu_seqlens to the CPU once unless cu_seqlens_cpu is given (not
+    while tracing: see ``KDAProblem.seqlens_cpu``).
     Raises TypeError/ValueError for bad input, NotImplementedError for cp_context and use_graph.
     """
     flags = {
@@ -341,8 +354,12 @@ def validate_chunk_kda(
         if cu_seqlens_cpu is not None:
             raise ValueError("`cu_seqlens_cpu` was given without `cu_seqlens`; pass both or neither.")
         seqlens_cpu = None
+    elif _traced(cu_seqlens) or (cu_seqlens_cpu is not None and _traced(cu_seqlens_cpu)):
+        # the values cannot be read while tracing: the op checks them when it runs, before any launch
+        _check_seqlens_cpu(cu_seqlens, cu_seqlens_cpu)
+        seqlens_cpu = None
     else:
-        seqlens_cpu = _seqlens_on_cpu(cu_seqlens, cu_seqlens_cpu, T)
+        seqlens_cpu = seqlens_on_cpu(cu_seqlens, cu_seqlens_cpu, T)
     if scale is None:
         scale_value = K ** -0.5
     else:

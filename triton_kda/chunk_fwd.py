@@ -6,11 +6,13 @@ import math
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 import triton
 
 from triton_kda.configs import (
     _kpad,
     arch_of,
+    capturing,
     intra_candidates,
     intra_config,
     precision_of,
@@ -51,11 +53,30 @@ def _varlen_plan(seqlens: tuple, BT: int, device: torch.device) -> ChunkPlan:
                      offs.to(device, non_blocking=True), len(seqlens), int(nts.sum()), seqlens)
 
 
-def plan_chunks(B: int, T: int, BT: int, device: torch.device, seqlens_cpu: torch.Tensor | None) -> ChunkPlan:
-    """Chunk plan from the CPU copy of cu_seqlens (varlen; cached by content) or from (B, T); no device sync."""
+def _device_varlen_plan(cu_seqlens: torch.Tensor, seqlens: tuple, BT: int) -> ChunkPlan:
+    """`_varlen_plan` built by device ops from the device copy of the boundaries (whose values the host copy gave
+    `seqlens`): no host-to-device copy and no sync (sizes come from the host), so it can be captured in a CUDA graph,
+    which then owns the tables."""
+    dev = cu_seqlens.device
+    cu = cu_seqlens.to(torch.int64)
+    offs = F.pad(torch.cumsum((cu[1:] - cu[:-1] + BT - 1) // BT, 0), (1, 0))
+    NT = sum((n + BT - 1) // BT for n in seqlens)
+    chunks = torch.arange(NT, device=dev, dtype=torch.int64)
+    seq = torch.searchsorted(offs[1:], chunks, right=True)
+    idx = torch.stack([seq, chunks - offs[seq]], 1).to(torch.int32)
+    return ChunkPlan(cu, idx, offs, len(seqlens), NT, seqlens)
+
+
+def plan_chunks(B: int, T: int, BT: int, device: torch.device, seqlens_cpu: torch.Tensor | None,
+                cu_seqlens: torch.Tensor | None = None) -> ChunkPlan:
+    """Chunk plan from the CPU copy of cu_seqlens (varlen; cached by content) or from (B, T); no device sync.
+    During CUDA-graph capture a varlen plan is built on the device from `cu_seqlens` (the device copy) instead of
+    being copied from the host (a cached host plan could be freed while the graph still reads it)."""
     if seqlens_cpu is not None:
-        lens = (seqlens_cpu[1:] - seqlens_cpu[:-1]).tolist()
-        return _varlen_plan(tuple(lens), BT, device)
+        lens = tuple((seqlens_cpu[1:] - seqlens_cpu[:-1]).tolist())
+        if cu_seqlens is not None and capturing(device):
+            return _device_varlen_plan(cu_seqlens, lens, BT)
+        return _varlen_plan(lens, BT, device)
     nt = triton.cdiv(T, BT)
     ar = torch.arange(B * nt, device=device, dtype=torch.int32)
     return ChunkPlan(
@@ -163,7 +184,7 @@ def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, 
     arch = arch_of(dev)
     o = torch.empty(TT, HV, V, device=dev, dtype=dt)
     # intra-card CP: long sequences run as pieces, each from its start state (state_cp.py)
-    pieces = plan_pieces(plan.lens, BT, HV, K, V, intra.w.element_size(), dev)
+    pieces = plan_pieces(plan.lens, BT, HV, K, V, intra.w.element_size(), dev, seqs=plan)
     runs, h0 = plan, initial_state
     if pieces is not None:
         h0 = cp_initial_states(intra.kg, intra.w, intra.u, intra.gl, initial_state, plan, pieces, BT,

@@ -119,6 +119,12 @@ def arch_of(device: torch.device) -> int:
     return device_arch(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def capturing(device: torch.device) -> bool:
+    """Whether work for `device` is being captured into a CUDA graph (a host-side query, no sync): plans are then
+    built on the device from tensors already there, never copied from the host."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def _kpad(K: int, arch: int) -> int:
     """Tile width covering a head dim of K: a power of two, at least 16 in the interpreter and 32 on GPUs (16-wide
     K or V tiles gave illegal addresses and wrong outputs in bf16/fp16 products on sm_90, triton 3.6, NOTES.md)."""
