@@ -21,6 +21,7 @@ import cuda_fast
 from triton_kda._validate import KDAProblem, validate_chunk_kda
 from triton_kda.chunk_bwd import chunk_bwd
 from triton_kda.chunk_fwd import IntraOut, intra_fwd, plan_chunks, state_fwd, wy_recompute
+from triton_kda.pool import StatePool
 from triton_kda.state import grad_state_dtype
 
 
@@ -143,6 +144,8 @@ def chunk_kda(
     cp_context=None,
     use_graph: bool = False,
     max_num_seqs: int | None = None,
+    ssm_state_indices: torch.Tensor | None = None,
+    inplace_final_state: bool = False,
     **kwargs,
 ):
     r"""KDA (Kimi Delta Attention) over chunks; same signature, semantics and shapes as `fla.ops.kda.chunk_kda`.
@@ -156,19 +159,32 @@ def chunk_kda(
         initial_state: ``[N, HV, K, V]`` fp32 (``[N, HV, V, K]`` with ``state_v_first``).
         cu_seqlens: ``[N + 1]`` int32/int64 sequence boundaries (then B == 1); ``cu_seqlens_cpu`` its CPU copy,
             which spares a device sync.
+        ssm_state_indices, inplace_final_state: prefill into a state pool (pool.py), the layout
+            `fused_recurrent_kda` decodes from. With either, ``initial_state`` is the pool ``[num_slots, HV, K, V]``
+            fp32 and ``ssm_state_indices`` ``[N]`` int32/int64 (on q's device) names each sequence's slot (without
+            it, slot n is sequence n); a negative index is padding: that sequence starts from a zero state and its
+            final state goes nowhere. Sequences start from their slots; with ``inplace_final_state`` their final
+            states are written back into those slots (slots not named are never touched). Checked on the host
+            (range, distinct live slots) before any launch; the pool takes no gradient.
         kwargs: ``A_log`` (``[HV]``), ``dt_bias`` (``[HV * K]``) for the in-kernel gate; ``chunk_size`` 32 or 64.
 
     Returns:
         ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype, final_state ``[N, HV, K, V]`` fp32 or None;
         with ``return_intermediate_states`` (inference mode) also ``h`` ``[B, NT, HV, K, V]``, the state at
-        each chunk start, in q's dtype.
+        each chunk start, in q's dtype. With ``inplace_final_state`` the second output is the pool itself (as fla's
+        ``fused_recurrent_kda_fwd`` returns it), whatever ``output_final_state`` says.
     """
+    pool = None
+    in_pool = ssm_state_indices is not None or inplace_final_state is not False
     p = validate_chunk_kda(
-        q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel,
-        use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound, disable_recompute,
+        q, k, v, g, beta, scale, None if in_pool else initial_state, output_final_state, use_qk_l2norm_in_kernel,
+        use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound, disable_recompute,
         return_intermediate_states, state_v_first, cu_seqlens, cu_seqlens_cpu, cp_context, use_graph, max_num_seqs,
         kwargs,
     )
+    if in_pool:
+        pool = StatePool(initial_state, ssm_state_indices, inplace_final_state, p, q.device)
+        initial_state, output_final_state = pool.h0, output_final_state or inplace_final_state
     flags = dict(
         output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
         use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
@@ -178,7 +194,11 @@ def chunk_kda(
     )
     args = _backend_args(q, k, v, g, beta, initial_state, cu_seqlens, p, flags)
     backend = cuda_fast.select(BACKEND_OP, args, q.device)
+    if pool is not None:
+        pool.load()
     if backend.fn is not None:
-        return backend.fn(q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, cu_seqlens, p, flags)
-    return ChunkKDAFunction.apply(q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, p, flags, p.seqlens_cpu,
-                                  args["requires_grad"])
+        out = backend.fn(q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, cu_seqlens, p, flags)
+    else:
+        out = ChunkKDAFunction.apply(q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, p, flags, p.seqlens_cpu,
+                                     args["requires_grad"])
+    return out if pool is None else pool.store(out)

@@ -222,6 +222,54 @@ def cp_config(arch: int, K: int, V: int, elem_size: int) -> CPConfig:
                     chain_warps=8)
 
 
+@dataclass(frozen=True)
+class RecurrentConfig:
+    BV: int        # V block per program of the token recurrence: the program holds a [K, BV] fp32 state
+    num_warps: int
+
+
+@dataclass(frozen=True)
+class RecurrentBwdConfig:
+    BV: int        # V block per program of the reverse pass (holds the state and its gradient)
+    C: int         # tokens between the state checkpoints the reverse pass replays from
+    num_warps: int
+
+
+def recurrent_fwd_config(arch: int, K: int, V: int, heads: int, sms: int) -> RecurrentConfig:
+    """The decode / token-recurrence forward (recurrent.py): one program per (sequence, v-head, V block) reads and
+    writes each state element once, so the launch is memory-bound; ``heads`` = N * HV, ``sms`` the GPU's SM count.
+    32-wide blocks when they give at least two programs per SM, else 16-wide ones (more programs in flight for
+    small batches). Not timed on a GPU yet: `benchmarks/decode_check.py` sweeps the alternatives."""
+    if arch == 0:
+        return RecurrentConfig(BV=min(16, triton.next_power_of_2(V)), num_warps=4)
+    BK = _kpad(K, arch)
+    BV = 32 if heads * triton.cdiv(V, 32) >= 2 * sms else 16
+    return RecurrentConfig(BV=min(BV, triton.next_power_of_2(V)), num_warps=4 if BK <= 128 else 8)
+
+
+def recurrent_fwd_candidates(arch: int, K: int, V: int) -> list[RecurrentConfig]:
+    """Alternatives to `recurrent_fwd_config` that `benchmarks/decode_check.py` times (not TRITON_KDA_AUTOTUNE:
+    timing a launch that updates a state pool in place would apply the update once per trial)."""
+    vp = triton.next_power_of_2(V)
+    pairs = ((8, 1), (16, 1), (16, 2), (16, 4), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8), (128, 8))
+    return [RecurrentConfig(BV=bv, num_warps=w) for bv, w in pairs if bv <= vp]
+
+
+def recurrent_bwd_config(arch: int, K: int, V: int) -> RecurrentBwdConfig:
+    """The reverse pass of fused_recurrent_kda's backward: state, its gradient and three temporaries of [K, BV]
+    fp32 live at once, hence narrow V blocks. C = 8 replays 3.5 steps per token on average and keeps one
+    checkpoint per 8 tokens; the interpreter uses C = 4 so that small tests cross several checkpoints."""
+    if arch == 0:
+        return RecurrentBwdConfig(BV=min(16, triton.next_power_of_2(V)), C=4, num_warps=4)
+    BK = _kpad(K, arch)
+    return RecurrentBwdConfig(BV=min(16, triton.next_power_of_2(V)), C=8, num_warps=4 if BK <= 128 else 8)
+
+
+def pool_copy_config(arch: int) -> tuple[int, int]:
+    """(BLOCK, num_warps) of the state-pool gather/scatter copies (pool.py): BLOCK elements per program."""
+    return (256, 4) if arch == 0 else (2048, 4)
+
+
 class CompileSpec(NamedTuple):
     name: str
     fn: object
