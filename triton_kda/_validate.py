@@ -357,7 +357,8 @@ def validate_chunk_kda(
 
 # ---------------------------------------------------------------- fused_recurrent_kda and state pools
 
-_RECURRENT_EXTRA_KWARGS = ("transpose_state_layout",)
+_RECURRENT_EXTRA_KWARGS = ("ssm_state_indices", "num_accepted_tokens", "inplace_final_state", "cu_seqlens_cpu", "out",
+                           "check_indices", "transpose_state_layout")
 
 
 class RecurrentProblem(NamedTuple):
@@ -508,7 +509,8 @@ def validate_fused_recurrent_kda(
     check_indices: bool,
     kwargs: dict,
 ) -> RecurrentProblem:
-    """Check every argument of ``fused_recurrent_kda`` and resolve its sizes (same order as `validate_chunk_kda`:
+    """Check every argument of ``fused_recurrent_kda`` and resolve its sizes (``kwargs`` is its ``**kwargs``, whose
+    serving keywords the caller also passes by name) (same order as `validate_chunk_kda`:
     call form, fla's checks, then dtypes, devices, states, gate parameters, scale; then the serving keywords).
 
     With ``ssm_state_indices`` the initial_state is a pool ``[num_slots, HV, K, V]`` (see `check_pool`), else

@@ -144,8 +144,6 @@ def chunk_kda(
     cp_context=None,
     use_graph: bool = False,
     max_num_seqs: int | None = None,
-    ssm_state_indices: torch.Tensor | None = None,
-    inplace_final_state: bool = False,
     **kwargs,
 ):
     r"""KDA (Kimi Delta Attention) over chunks; same signature, semantics and shapes as `fla.ops.kda.chunk_kda`.
@@ -159,14 +157,14 @@ def chunk_kda(
         initial_state: ``[N, HV, K, V]`` fp32 (``[N, HV, V, K]`` with ``state_v_first``).
         cu_seqlens: ``[N + 1]`` int32/int64 sequence boundaries (then B == 1); ``cu_seqlens_cpu`` its CPU copy,
             which spares a device sync.
-        ssm_state_indices, inplace_final_state: prefill into a state pool (pool.py), the layout
+        kwargs: ``A_log`` (``[HV]``), ``dt_bias`` (``[HV * K]``) for the in-kernel gate; ``chunk_size`` 32 or 64;
+            ``ssm_state_indices``, ``inplace_final_state`` to prefill into a state pool (pool.py), the layout
             `fused_recurrent_kda` decodes from. With either, ``initial_state`` is the pool ``[num_slots, HV, K, V]``
             fp32 and ``ssm_state_indices`` ``[N]`` int32/int64 (on q's device) names each sequence's slot (without
             it, slot n is sequence n); a negative index is padding: that sequence starts from a zero state and its
             final state goes nowhere. Sequences start from their slots; with ``inplace_final_state`` their final
             states are written back into those slots (slots not named are never touched). Checked on the host
             (range, distinct live slots) before any launch; the pool takes no gradient.
-        kwargs: ``A_log`` (``[HV]``), ``dt_bias`` (``[HV * K]``) for the in-kernel gate; ``chunk_size`` 32 or 64.
 
     Returns:
         ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype, final_state ``[N, HV, K, V]`` fp32 or None;
@@ -175,6 +173,8 @@ def chunk_kda(
         ``fused_recurrent_kda_fwd`` returns it), whatever ``output_final_state`` says.
     """
     pool = None
+    ssm_state_indices, inplace_final_state = kwargs.pop("ssm_state_indices", None), kwargs.pop("inplace_final_state",
+                                                                                              False)
     in_pool = ssm_state_indices is not None or inplace_final_state is not False
     p = validate_chunk_kda(
         q, k, v, g, beta, scale, None if in_pool else initial_state, output_final_state, use_qk_l2norm_in_kernel,

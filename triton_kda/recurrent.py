@@ -449,13 +449,6 @@ def fused_recurrent_kda(
     lower_bound: float | None = None,
     state_v_first: bool = False,
     cu_seqlens: torch.LongTensor | None = None,
-    *,
-    ssm_state_indices: torch.Tensor | None = None,
-    num_accepted_tokens: torch.Tensor | None = None,
-    inplace_final_state: bool = False,
-    cu_seqlens_cpu: torch.LongTensor | None = None,
-    out: torch.Tensor | None = None,
-    check_indices: bool = True,
     **kwargs,
 ):
     r"""KDA by its token recurrence (decode, serving, short sequences); the signature and semantics of
@@ -471,20 +464,27 @@ def fused_recurrent_kda(
         initial_state: ``[N, HV, K, V]`` fp32 (``[N, HV, V, K]`` with ``state_v_first``); with
             ``ssm_state_indices`` a state pool ``[num_slots, HV, K, V]`` (last three dims contiguous, any slot
             stride).
-        cu_seqlens: ``[N + 1]`` int32/int64 sequence boundaries (then B == 1); ``cu_seqlens_cpu`` its CPU copy.
-        ssm_state_indices: int32/int64 on q's device, ``[N]`` (sequence n reads, and with ``inplace_final_state``
-            writes, slot ``idx[n]``) or ``[N, S]`` (it reads slot ``idx[n, num_accepted_tokens[n] - 1]``, column 0
-            without num_accepted_tokens, and with ``inplace_final_state`` writes the state after its token t to slot
-            ``idx[n, t]``). A negative read index is a padded entry: it starts from a zero state and writes no slot;
-            a negative write entry skips that write. Slots not named are never touched.
-        num_accepted_tokens: ``[N]`` int32/int64 in ``[1, S]``, accepted tokens of the last speculative step.
-        inplace_final_state: write the final states into ``initial_state`` (the pool; slot n of an ``[N, ...]``
-            state without indices) instead of returning new ones. Not with inputs that require grad.
-        out: optional preallocated output (contiguous, v's shape, q's dtype), e.g. for CUDA graphs.
-        check_indices: check the contents of ssm_state_indices, num_accepted_tokens and cu_seqlens on the host
-            before launching (range, distinct live slots, S long enough): one device->host copy when they live
-            on the GPU. Skipped during CUDA-graph capture; serving loops that build their indices themselves pass
-            False to save that copy. Unchecked indices outside the pool are treated as padding.
+        cu_seqlens: ``[N + 1]`` int32/int64 sequence boundaries (then B == 1).
+        kwargs: the serving keywords of fla's ``fused_recurrent_kda_fwd`` and a few of this project:
+
+            - ``ssm_state_indices``: int32/int64 on q's device, ``[N]`` (sequence n reads, and with
+              ``inplace_final_state`` writes, slot ``idx[n]``) or ``[N, S]`` (it reads slot
+              ``idx[n, num_accepted_tokens[n] - 1]``, column 0 without num_accepted_tokens, and with
+              ``inplace_final_state`` writes the state after its token t to slot ``idx[n, t]``). A negative read
+              index is a padded entry: it starts from a zero state and writes no slot; a negative write entry skips
+              that write. Slots not named are never touched.
+            - ``num_accepted_tokens``: ``[N]`` int32/int64 in ``[1, S]``, accepted tokens of the last speculative
+              step.
+            - ``inplace_final_state`` (False): write the final states into ``initial_state`` (the pool; slot n of
+              an ``[N, ...]`` state without indices) instead of returning new ones. Not with inputs that require
+              grad.
+            - ``out``: a preallocated output (contiguous, v's shape, q's dtype), e.g. for CUDA graphs.
+            - ``cu_seqlens_cpu``: the CPU copy of cu_seqlens (spares a device sync where its contents are checked).
+            - ``check_indices`` (True): check the contents of ssm_state_indices, num_accepted_tokens and cu_seqlens
+              on the host before launching (range, distinct live slots, S long enough): one device->host copy when
+              they live on the GPU. Skipped during CUDA-graph capture; serving loops that build their indices
+              themselves pass False to save that copy. Unchecked indices outside the pool are treated as padding.
+            - ``transpose_state_layout``: the deprecated name of state_v_first.
 
     Returns:
         ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype; final_state ``[N, HV, K, V]`` fp32 (``output_final_
@@ -495,10 +495,13 @@ def fused_recurrent_kda(
     One launch per call, no host-device sync with ``check_indices=False`` (or cu_seqlens_cpu and no indices) and
     fixed shapes: safe to capture in a CUDA graph.
     """
+    ssm_state_indices, num_accepted_tokens = kwargs.get("ssm_state_indices"), kwargs.get("num_accepted_tokens")
+    inplace_final_state, out = kwargs.get("inplace_final_state", False), kwargs.get("out")
     p = validate_fused_recurrent_kda(
         q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
         use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, state_v_first, cu_seqlens,
-        ssm_state_indices, num_accepted_tokens, inplace_final_state, cu_seqlens_cpu, out, check_indices, kwargs,
+        ssm_state_indices, num_accepted_tokens, inplace_final_state, kwargs.get("cu_seqlens_cpu"), out,
+        kwargs.get("check_indices", True), kwargs,
     )
     gate = gate_mode(use_gate_in_kernel, lower_bound)
     flags = dict(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, gate=gate,
