@@ -283,11 +283,11 @@ def _kda_recurrent_input_bwd_kernel(
     o_1 = tl.arange(0, 1)
     b_dq = tl.zeros([BK], dtype=tl.float32)
     b_dk = tl.zeros([BK], dtype=tl.float32)
-    for i_g in tl.static_range(G):
+    for i_g in range(G):
         i_hv = i_h * G + i_g
         b_dg = tl.zeros([BK], dtype=tl.float32)
         b_db = tl.zeros([1], dtype=tl.float32)
-        for i_v in tl.static_range(NV):
+        for i_v in range(NV):
             p = (tok + TT * i_v) * HV + i_hv
             b_dq += tl.load(dq_p + p * K + o_k, mask=m_k, other=0.0)
             b_dk += tl.load(dk_p + p * K + o_k, mask=m_k, other=0.0)
@@ -400,7 +400,7 @@ def recurrent_bwd(q, k, v, g, beta, h0, indices, num_accepted, cu_seqlens, do, d
     _kda_recurrent_input_bwd_kernel[(TT, p.H)](
         q, k, g, beta, p.A_log if p.A_log is not None else q, p.dt_bias if p.dt_bias is not None else q,
         dq_p, dk_p, dg_p, db_p, dq, dk, dg32, dbeta, dA_p if dA_p is not None else dg32,
-        p.scale, flags["lower_bound"], TT, G=HV // p.H, NV=NV, **kf, num_warps=1,
+        p.scale, flags["lower_bound"], TT, G=HV // p.H, NV=NV, **kf, num_warps=cfg.input_warps,
     )
     dA_log = dA_p.sum(0) if dA_p is not None else None
     ddt_bias = dg32.sum(0) if kf["HAS_DT_BIAS"] else None
