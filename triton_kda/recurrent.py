@@ -30,16 +30,9 @@ import triton.language as tl
 
 from triton_kda._validate import RecurrentProblem, validate_fused_recurrent_kda
 from triton_kda.chunk_fwd import plan_chunks
-from triton_kda.configs import (
-    RecurrentConfig,
-    _kpad,
-    arch_of,
-    recurrent_bwd_config,
-    recurrent_fwd_config,
-    sm_count,
-)
+from triton_kda.configs import _kpad, arch_of, recurrent_bwd_config, recurrent_fwd_config, sm_count
 from triton_kda.gate import gate_mode, kda_gate_act, kda_gate_act_bwd
-from triton_kda.intra import _state_offsets
+from triton_kda.intra import _gate_input_of, _state_offsets
 
 __all__ = ["fused_recurrent_kda"]
 
@@ -75,24 +68,29 @@ def _read_slot(indices, num_accepted, i_n, s_in, s_it, S_cols, num_slots, IDX_MO
 
 
 @triton.jit
-def _gate_params(A_log, dt_bias, i_hv, o_k, m_k, K: tl.constexpr, HAS_A_LOG: tl.constexpr,
-                 HAS_DT_BIAS: tl.constexpr):
-    """(bias [BK], a): dt_bias of v-head i_hv (zeros without it) and exp(A_log[i_hv]) (1 without A_log)."""
-    if HAS_DT_BIAS:
-        bias = tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-    else:
-        bias = tl.zeros(o_k.shape, dtype=tl.float32)
-    if HAS_A_LOG:
-        a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
-    else:
-        a = 1.0
-    return bias, a
+def _program(cu_seqlens, indices, num_accepted, T, TT, s_in, s_it, S_cols, num_slots, H: tl.constexpr,
+             HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, NV: tl.constexpr,
+             IS_VARLEN: tl.constexpr, IDX_MODE: tl.constexpr, HAS_ACCEPTED: tl.constexpr, V_FIRST: tl.constexpr):
+    """Where this program works (one per (V block, v-head, sequence), V block fastest): i_v, i_hv, i_n, i_h (the
+    q/k head), the sequence's start and length (`_seq_span`), the K and V offsets of its state block with their
+    masks, the block's element offsets inside one [HV, K, V] state ([HV, V, K] if V_FIRST), and the read slot
+    (`_read_slot`)."""
+    pid = tl.program_id(0)
+    i_v, i_hv, i_n = pid % NV, (pid // NV) % HV, pid // (NV * HV)
+    bos, L = _seq_span(cu_seqlens, i_n, T, TT, IS_VARLEN)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    off_kv = i_hv * K * V + _state_offsets(o_k, o_v, K, V, V_FIRST)
+    slot, live = _read_slot(indices, num_accepted, i_n, s_in, s_it, S_cols, num_slots, IDX_MODE, HAS_ACCEPTED)
+    return (i_v, i_hv, i_n, i_hv // (HV // H), bos, L, o_k, o_v, m_k, m_v, m_k[:, None] & m_v[None, :], off_kv,
+            slot, live)
 
 
 @triton.jit
 def _token_inputs(q, k, v, g, beta, A_log, dt_bias, tok, i_h, i_hv, o_k, m_k, o_v, m_v, scale, lower_bound,
-                  H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, USE_L2NORM: tl.constexpr,
-                  GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
+                  H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+                  USE_L2NORM: tl.constexpr, GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
                   BETA_SIGMOID: tl.constexpr, BETA_SCALE: tl.constexpr):
     """Activated fp32 inputs of token `tok` for v-head i_hv: scale * q_hat and k_hat [BK] (l2-normalised if
     USE_L2NORM), the decay exp(gate) [BK], v [BV] and beta (scalar)."""
@@ -105,8 +103,8 @@ def _token_inputs(q, k, v, g, beta, A_log, dt_bias, tok, i_h, i_hv, o_k, m_k, o_
         b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6)
         b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
     if GATE != 0:
-        bias, a = _gate_params(A_log, dt_bias, i_hv, o_k, m_k, K, HAS_A_LOG, HAS_DT_BIAS)
-        b_g = kda_gate_act(b_g + bias, a, lower_bound, GATE)
+        b_x, a = _gate_input_of(b_g, A_log, dt_bias, i_hv, 0, K, BK, HAS_A_LOG, HAS_DT_BIAS)
+        b_g = kda_gate_act(b_x, a, lower_bound, GATE)
     if BETA_SIGMOID:
         b_b = tl.sigmoid(b_b) * BETA_SCALE
     return b_q * scale, b_k, tl.exp(b_g), b_v, b_b
@@ -133,25 +131,18 @@ def _kda_recurrent_fwd_kernel(
     """q, k: [TT, H, K]; v, o: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV]; h0: the initial states, [N, HV, K, V]
     or a pool [num_slots, HV, K, V] (slot stride stride_h0; [.., V, K] if V_FIRST), written in place if INPLACE;
     ht: [N, HV, K, V] fp32 final states (STORE_HT); indices: [N] or [N, S_cols] (strides s_in, s_it);
-    num_accepted: [N]. One program per (V block, v-head, sequence), V block fastest."""
-    pid = tl.program_id(0)
-    i_v, i_hv, i_n = pid % NV, (pid // NV) % HV, pid // (NV * HV)
-    i_h = i_hv // (HV // H)
-    bos, L = _seq_span(cu_seqlens, i_n, T, TT, IS_VARLEN)
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_v = o_k < K, o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-    off_kv = i_hv * K * V + _state_offsets(o_k, o_v, K, V, V_FIRST)
-    slot, live = _read_slot(indices, num_accepted, i_n, s_in, s_it, S_cols, num_slots, IDX_MODE, HAS_ACCEPTED)
+    num_accepted: [N]."""
+    i_v, i_hv, i_n, i_h, bos, L, o_k, o_v, m_k, m_v, m_kv, off_kv, slot, live = _program(
+        cu_seqlens, indices, num_accepted, T, TT, s_in, s_it, S_cols, num_slots, H, HV, K, V, BK, BV, NV, IS_VARLEN,
+        IDX_MODE, HAS_ACCEPTED, V_FIRST)
     b_S = tl.zeros([BK, BV], dtype=tl.float32)
     if HAS_H0:
         b_S += tl.load(h0 + slot * stride_h0 + off_kv, mask=m_kv & live, other=0.0, eviction_policy="evict_first")
     for i_t in range(L):
         tok = bos + i_t
-        b_q, b_k, b_a, b_v, b_b = _token_inputs(q, k, v, g, beta, A_log, dt_bias, tok, i_h, i_hv, o_k, m_k, o_v,
-                                                m_v, scale, lower_bound, H, HV, K, V, USE_L2NORM, GATE, HAS_A_LOG,
-                                                HAS_DT_BIAS, BETA_SIGMOID, BETA_SCALE)
+        b_q, b_k, b_a, b_v, b_b = _token_inputs(
+            q, k, v, g, beta, A_log, dt_bias, tok, i_h, i_hv, o_k, m_k, o_v, m_v, scale, lower_bound, H, HV, K, V,
+            BK, USE_L2NORM, GATE, HAS_A_LOG, HAS_DT_BIAS, BETA_SIGMOID, BETA_SCALE)
         b_S = _step(b_S, b_k, b_a, b_v, b_b)
         b_o = tl.sum(b_S * b_q[:, None], 0)
         tl.store(o + (tok * HV + i_hv) * V + o_v, b_o.to(o.dtype.element_ty), mask=m_v)
@@ -182,27 +173,20 @@ def _kda_recurrent_bwd_kernel(
     the gradients of scale * q_hat and k_hat and of the activated gate, dq_p, dk_p, dg_p [NV, TT, HV, K], and of the
     activated beta, db_p [NV, TT, HV]; dh0 (STORE_DH0): the gradient of the starting state, at dh0[n] or, for a
     pool, at the slot read (slot stride stride_dh0)."""
-    pid = tl.program_id(0)
-    i_v, i_hv, i_n = pid % NV, (pid // NV) % HV, pid // (NV * HV)
-    i_h = i_hv // (HV // H)
-    bos, L = _seq_span(cu_seqlens, i_n, T, TT, IS_VARLEN)
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_v = o_k < K, o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-    off_kv = i_hv * K * V + _state_offsets(o_k, o_v, K, V, V_FIRST)
+    i_v, i_hv, i_n, i_h, bos, L, o_k, o_v, m_k, m_v, m_kv, off_kv, slot, live = _program(
+        cu_seqlens, indices, num_accepted, T, TT, s_in, s_it, S_cols, num_slots, H, HV, K, V, BK, BV, NV, IS_VARLEN,
+        IDX_MODE, HAS_ACCEPTED, V_FIRST)
     off_ck = i_hv * K * V + o_k[:, None] * V + o_v[None, :]
     ck_base = tl.load(ck_offsets + i_n).to(tl.int64)
-    slot, live = _read_slot(indices, num_accepted, i_n, s_in, s_it, S_cols, num_slots, IDX_MODE, HAS_ACCEPTED)
     b_S = tl.zeros([BK, BV], dtype=tl.float32)
     if HAS_H0:
         b_S += tl.load(h0 + slot * stride_h0 + off_kv, mask=m_kv & live, other=0.0)
     for i_t in range(L):
         if i_t % C == 0:
             tl.store(ckpt + (ck_base + i_t // C) * HV * K * V + off_ck, b_S, mask=m_kv)
-        b_q, b_k, b_a, b_v, b_b = _token_inputs(q, k, v, g, beta, A_log, dt_bias, bos + i_t, i_h, i_hv, o_k, m_k,
-                                                o_v, m_v, scale, lower_bound, H, HV, K, V, USE_L2NORM, GATE,
-                                                HAS_A_LOG, HAS_DT_BIAS, BETA_SIGMOID, BETA_SCALE)
+        b_q, b_k, b_a, b_v, b_b = _token_inputs(
+            q, k, v, g, beta, A_log, dt_bias, bos + i_t, i_h, i_hv, o_k, m_k, o_v, m_v, scale, lower_bound, H, HV, K,
+            V, BK, USE_L2NORM, GATE, HAS_A_LOG, HAS_DT_BIAS, BETA_SIGMOID, BETA_SCALE)
         b_S = _step(b_S, b_k, b_a, b_v, b_b)
     tl.debug_barrier()  # the checkpoints were stored by other threads of the program
 
@@ -217,16 +201,15 @@ def _kda_recurrent_bwd_kernel(
         for j_r in range(n_c):
             j = n_c - 1 - j_r
             b_S = tl.load(ckpt + (ck_base + i_c) * HV * K * V + off_ck, mask=m_kv, other=0.0)
-            for i in range(j):
-                b_q, b_k, b_a, b_v, b_b = _token_inputs(q, k, v, g, beta, A_log, dt_bias, bos + t0 + i, i_h, i_hv,
-                                                        o_k, m_k, o_v, m_v, scale, lower_bound, H, HV, K, V,
-                                                        USE_L2NORM, GATE, HAS_A_LOG, HAS_DT_BIAS, BETA_SIGMOID,
-                                                        BETA_SCALE)
+            for i in range(j):  # replay from the checkpoint to the state before token t0 + j
+                b_q, b_k, b_a, b_v, b_b = _token_inputs(
+                    q, k, v, g, beta, A_log, dt_bias, bos + t0 + i, i_h, i_hv, o_k, m_k, o_v, m_v, scale, lower_bound,
+                    H, HV, K, V, BK, USE_L2NORM, GATE, HAS_A_LOG, HAS_DT_BIAS, BETA_SIGMOID, BETA_SCALE)
                 b_S = _step(b_S, b_k, b_a, b_v, b_b)
             tok = bos + t0 + j
-            b_q, b_k, b_a, b_v, b_b = _token_inputs(q, k, v, g, beta, A_log, dt_bias, tok, i_h, i_hv, o_k, m_k, o_v,
-                                                    m_v, scale, lower_bound, H, HV, K, V, USE_L2NORM, GATE,
-                                                    HAS_A_LOG, HAS_DT_BIAS, BETA_SIGMOID, BETA_SCALE)
+            b_q, b_k, b_a, b_v, b_b = _token_inputs(
+                q, k, v, g, beta, A_log, dt_bias, tok, i_h, i_hv, o_k, m_k, o_v, m_v, scale, lower_bound, H, HV, K, V,
+                BK, USE_L2NORM, GATE, HAS_A_LOG, HAS_DT_BIAS, BETA_SIGMOID, BETA_SCALE)
             b_do = tl.load(do + (tok * HV + i_hv) * V + o_v, mask=m_v, other=0.0).to(tl.float32)
             b_Sd = b_S * b_a[:, None]
             b_vp = b_v - tl.sum(b_Sd * b_k[:, None], 0)
@@ -294,9 +277,9 @@ def _kda_recurrent_input_bwd_kernel(
             b_dg += tl.load(dg_p + p * K + o_k, mask=m_k, other=0.0)
             b_db += tl.load(db_p + p + o_1)
         if GATE != 0:
-            b_x = tl.load(g + (tok * HV + i_hv) * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-            bias, a = _gate_params(A_log, dt_bias, i_hv, o_k, m_k, K, HAS_A_LOG, HAS_DT_BIAS)
-            b_dg, b_da = kda_gate_act_bwd(b_x + bias, a, lower_bound, b_dg, GATE)
+            b_x, a = _gate_input_of(tl.load(g + (tok * HV + i_hv) * K + o_k, mask=m_k, other=0.0), A_log, dt_bias,
+                                    i_hv, 0, K, BK, HAS_A_LOG, HAS_DT_BIAS)
+            b_dg, b_da = kda_gate_act_bwd(b_x, a, lower_bound, b_dg, GATE)
             if HAS_A_LOG:
                 tl.store(dA_p + tok * HV + i_hv, tl.sum(tl.where(m_k, b_da, 0.0)) * a)
         tl.store(dg + (tok * HV + i_hv) * K + o_k, b_dg, mask=m_k)
@@ -329,17 +312,16 @@ def _index_args(indices: torch.Tensor | None) -> tuple[int, int, int, int]:
 
 
 def recurrent_fwd(q, k, v, g, beta, h0, indices, num_accepted, cu_seqlens, p: RecurrentProblem, flags: dict, *,
-                  inplace: bool, output_final_state: bool, out: torch.Tensor | None = None,
-                  cfg: RecurrentConfig | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Launch `_kda_recurrent_fwd_kernel`. q, k: [B, T, H, K]; v: [B, T, HV, V]; g: [B, T, HV, K]; beta: [B, T, HV]
-    (all contiguous); h0: None, [N, HV, K, V] or a pool (last three dims contiguous); indices, num_accepted,
-    cu_seqlens: as the public function takes them; flags: from `fused_recurrent_kda`; cfg overrides the table's
-    launch configuration. Returns (o [B, T, HV, V] in q's dtype (`out` when given), final states [N, HV, K, V] fp32
-    or None; with `inplace` the states go into h0 and None is returned for them)."""
+                  inplace: bool, output_final_state: bool,
+                  out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Launch `_kda_recurrent_fwd_kernel` with the table's configuration (`recurrent_fwd_config`). q, k:
+    [B, T, H, K]; v: [B, T, HV, V]; g: [B, T, HV, K]; beta: [B, T, HV] (all contiguous); h0: None, [N, HV, K, V] or
+    a pool (last three dims contiguous); indices, num_accepted, cu_seqlens: as the public function takes them;
+    flags: from `fused_recurrent_kda`. Returns (o [B, T, HV, V] in q's dtype (`out` when given), final states
+    [N, HV, K, V] fp32 or None; with `inplace` the states go into h0 and None is returned for them)."""
     dev = q.device
     arch = arch_of(dev)
-    if cfg is None:
-        cfg = recurrent_fwd_config(arch, p.K, p.V, p.N * p.HV, sm_count(dev))
+    cfg = recurrent_fwd_config(arch, p.K, p.V, p.N * p.HV, sm_count(dev))
     NV = triton.cdiv(p.V, cfg.BV)
     o = out if out is not None else torch.empty(v.shape, dtype=q.dtype, device=dev)
     ht = None
