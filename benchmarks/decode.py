@@ -90,8 +90,9 @@ def forced_config(cfg) -> Iterator[None]:
         recurrent.recurrent_fwd_config = table
 
 
-def graph_ms(fn: Callable[[], object]) -> float:
-    """Median milliseconds per call of ``fn`` replayed from a CUDA graph that holds GRAPH_STEPS calls."""
+def capture_graph(fn: Callable[[], object], steps: int = 1) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of ``steps`` calls of ``fn``, captured after one warm-up call on a side stream (which
+    compiles the kernels outside the capture)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -99,8 +100,14 @@ def graph_ms(fn: Callable[[], object]) -> float:
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(GRAPH_STEPS):
+        for _ in range(steps):
             fn()
+    return graph
+
+
+def graph_ms(fn: Callable[[], object]) -> float:
+    """Median milliseconds per call of ``fn`` replayed from a CUDA graph that holds GRAPH_STEPS calls."""
+    graph = capture_graph(fn, GRAPH_STEPS)
     graph.replay()
     times = []
     for _ in range(GRAPH_REPS):

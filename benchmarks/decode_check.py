@@ -19,8 +19,8 @@ timings against fla and the state-traffic floor, and a sweep of the decode launc
 3. Sweep: each candidate launch configuration of ours (``configs.recurrent_fwd_candidates``) at each batch, the
    table's choice marked.
 Writes ``decode_check.md`` and ``decode_check.jsonl`` under --out (default $OUT) and prints the markdown. Exit
-code: 0 every check passed (targets are reported, not gated), 1 a check failed, 2 no CUDA GPU. About two minutes on
-an H100 (fla's fused_recurrent_kda does not autotune).
+code: 0 every check passed (targets are reported, not gated), 1 a check failed, 2 no CUDA GPU. Sized for about two
+minutes on an H100 (fla's fused_recurrent_kda does not autotune); not run on a GPU yet.
 """
 from __future__ import annotations
 
@@ -120,18 +120,11 @@ def check_cuda_graph(slots: int, device: torch.device) -> dict:
         return fused_recurrent_kda(**static, initial_state=p, ssm_state_indices=idx, inplace_final_state=True,
                                    out=out)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step(pool.clone())
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step(graph_pool)
+    graph = decode.capture_graph(lambda: step(graph_pool))
     fresh = decode.step_inputs(shape, FLAG_SETS["kimi"], device, seed=6)
+    graph_pool.copy_(pool)  # the warm-up and the capture stepped it
     for name in decode.TOKEN_ARGS:
         static[name].copy_(fresh[name])
-    graph_pool.copy_(pool)
     graph.replay()
     o_graph = out.clone()
     o_eager, _ = decode.ours(fresh, pool, idx)

@@ -539,22 +539,14 @@ def test_cuda_graph_replay_equals_eager():
     out = torch.empty(N, 1, HV, 128, dtype=torch.bfloat16, device="cuda")
     graph_pool = pool.clone()
 
-    def step(p):
-        return fused_recurrent_kda(**static, **flags, initial_state=p, ssm_state_indices=idx,
-                                   inplace_final_state=True, out=out)
+    from benchmarks.decode import capture_graph
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step(pool.clone())
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step(graph_pool)
+    graph = capture_graph(lambda: fused_recurrent_kda(**static, **flags, initial_state=graph_pool,
+                                                      ssm_state_indices=idx, inplace_final_state=True, out=out))
     fresh = make_inputs(N, 1, 2, HV, 128, 128, dtype=torch.bfloat16, device="cuda", seed=5, **kw)
     for n in static:
         static[n].copy_(fresh[n])
-    graph_pool.copy_(pool)
+    graph_pool.copy_(pool)  # the warm-up and the capture stepped it
     graph.replay()
     o_graph = out.clone()
     o_eager, _ = fused_recurrent_kda(**{n: fresh[n] for n in static}, **flags, initial_state=pool,
