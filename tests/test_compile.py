@@ -1,6 +1,6 @@
 """chunk_kda under torch.compile: the custom ops (`triton_kda.ops`) pass opcheck, a fullgraph compile of a block that
 calls chunk_kda has no graph break and gives eager's bits forward and backward, dynamic sequence lengths compile
-once, and validation errors still reach the caller.
+once, validation errors still reach the caller, and a prefill into a state pool gives eager's outputs and pool.
 
 On the CPU the backend is `aot_eager` (dynamo + AOT autograd, the ops run through the Triton interpreter); the GPU
 tests compile with inductor.
@@ -197,3 +197,27 @@ def test_inductor_fullgraph_varlen_dynamic_matches_eager():
         got, ref = _fwd_bwd(compiled, d, dynamic_T=True), _fwd_bwd(fn, d)
         assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
     assert cnt.frame_count == 1
+
+
+def test_pool_prefill_under_compile_matches_eager():
+    """The state-pool keywords (pool.py) run eagerly around the op under compile: the same outputs and pool writes
+    as eager, the pool returned in place of the final state."""
+    d = make_inputs(1, 45, 1, 2, 16, 16, device=DEVICE, seqlens=[30, 15])
+    x = [d[n] for n in ("q", "k", "v", "g", "beta")]
+    idx = torch.tensor([3, -1], device=DEVICE)
+    pool = torch.randn(4, 2, 16, 16, device=DEVICE)
+
+    def fn(q, k, v, g, beta, pool, idx, cu_seqlens):
+        o, ht = chunk_kda(q, k, v, g, beta, initial_state=pool, ssm_state_indices=idx, inplace_final_state=True,
+                          cu_seqlens=cu_seqlens)
+        return o * 2, ht
+
+    ref_pool, got_pool = pool.clone(), pool.clone()
+    ref = fn(*x, ref_pool, idx, d["cu_seqlens"])
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend=CPU_BACKEND)(*x, got_pool, idx, d["cu_seqlens"])
+    assert got[1] is got_pool
+    assert torch.equal(got[0], ref[0])
+    assert torch.equal(got_pool, ref_pool)
+    assert not torch.equal(got_pool[3], pool[3])
+    assert torch.equal(got_pool[:3], pool[:3])

@@ -3,7 +3,8 @@
 It validates its inputs on the host (always: no backend skips it; under torch.compile on fake tensors, where the
 cu_seqlens values cannot be read and the op checks them when it runs), then calls the custom op
 ``triton_kda::chunk_kda_fwd`` (`triton_kda.ops`), which picks a backend through the `cuda_fast` registry and runs the
-stages; autograd reaches ``triton_kda::chunk_kda_bwd``.
+stages; autograd reaches ``triton_kda::chunk_kda_bwd``. The state-pool keywords (pool.py) are handled around the
+op: the gather into its initial states before, the scatter of its final states after (so the op mutates nothing).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from triton_kda import ops
 from triton_kda._validate import validate_chunk_kda
+from triton_kda.pool import StatePool
 
 
 def chunk_kda(
@@ -49,21 +51,39 @@ def chunk_kda(
         initial_state: ``[N, HV, K, V]`` fp32 (``[N, HV, V, K]`` with ``state_v_first``).
         cu_seqlens: ``[N + 1]`` int32/int64 sequence boundaries (then B == 1); ``cu_seqlens_cpu`` its CPU copy,
             which spares a device sync (needed for CUDA-graph capture; fixed-length calls never sync).
-        kwargs: ``A_log`` (``[HV]``), ``dt_bias`` (``[HV * K]``) for the in-kernel gate; ``chunk_size`` 32 or 64.
+        kwargs: ``A_log`` (``[HV]``), ``dt_bias`` (``[HV * K]``) for the in-kernel gate; ``chunk_size`` 32 or 64;
+            ``ssm_state_indices``, ``inplace_final_state`` to prefill into a state pool (pool.py), the layout
+            `fused_recurrent_kda` decodes from. With either, ``initial_state`` is the pool ``[num_slots, HV, K, V]``
+            fp32 and ``ssm_state_indices`` ``[N]`` int32/int64 (on q's device) names each sequence's slot (without
+            it, slot n is sequence n); a negative index is padding: that sequence starts from a zero state and its
+            final state goes nowhere. Sequences start from their slots; with ``inplace_final_state`` their final
+            states are written back into those slots (slots not named are never touched). Checked on the host
+            (range, distinct live slots) before any launch; the pool takes no gradient.
 
     Returns:
         ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype, final_state ``[N, HV, K, V]`` fp32 or None;
         with ``return_intermediate_states`` (inference mode) also ``h`` ``[B, NT, HV, K, V]``, the state at
-        each chunk start, in q's dtype.
+        each chunk start, in q's dtype. With ``inplace_final_state`` the second output is the pool itself (as fla's
+        ``fused_recurrent_kda_fwd`` returns it), whatever ``output_final_state`` says.
 
-    Works under ``torch.compile(fullgraph=True)`` (a custom op: no graph break) and inside CUDA graphs.
+    Works under ``torch.compile(fullgraph=True)`` (a custom op: no graph break) and inside CUDA graphs. With the
+    pool keywords the pool's check, gather and scatter run eagerly around the op (graph breaks under compile, so
+    not with ``fullgraph=True``).
     """
+    ssm_state_indices = kwargs.pop("ssm_state_indices", None)
+    inplace_final_state = kwargs.pop("inplace_final_state", False)
+    in_pool = ssm_state_indices is not None or inplace_final_state is not False
     p = validate_chunk_kda(
-        q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel,
-        use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound, disable_recompute,
+        q, k, v, g, beta, scale, None if in_pool else initial_state, output_final_state, use_qk_l2norm_in_kernel,
+        use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound, disable_recompute,
         return_intermediate_states, state_v_first, cu_seqlens, cu_seqlens_cpu, cp_context, use_graph, max_num_seqs,
         kwargs,
     )
+    pool = None
+    if in_pool:
+        pool = StatePool(initial_state, ssm_state_indices, inplace_final_state, p, q.device)
+        pool.load()
+        initial_state, output_final_state = pool.h0, output_final_state or inplace_final_state
     inputs = (q, k, v, g, beta, p.A_log, p.dt_bias, initial_state)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
     o, final_state, h, _ = ops.chunk_kda_fwd(
@@ -74,4 +94,5 @@ def chunk_kda(
         disable_recompute, return_intermediate_states, p.state_v_first, grad,
     )
     final_state = final_state if output_final_state else None
-    return (o, final_state, h) if return_intermediate_states else (o, final_state)
+    out = (o, final_state, h) if return_intermediate_states else (o, final_state)
+    return out if pool is None else pool.store(out)
