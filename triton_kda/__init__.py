@@ -5,6 +5,7 @@ tells which backend (a compiled `cuda_fast` one, or Triton) served the last call
 """
 from cuda_fast import backend_report
 from triton_kda.chunk import chunk_kda
+from triton_kda.cp import build_cp_context
 
-__all__ = ["backend_report", "chunk_kda"]
+__all__ = ["backend_report", "build_cp_context", "chunk_kda"]
 __version__ = "0.1.0"

@@ -21,6 +21,7 @@ import cuda_fast
 from triton_kda._validate import KDAProblem, validate_chunk_kda
 from triton_kda.chunk_bwd import chunk_bwd
 from triton_kda.chunk_fwd import IntraOut, intra_fwd, plan_chunks, state_fwd, wy_recompute
+from triton_kda.cp import chunk_kda_cp
 from triton_kda.state import grad_state_dtype
 
 
@@ -156,6 +157,9 @@ def chunk_kda(
         initial_state: ``[N, HV, K, V]`` fp32 (``[N, HV, V, K]`` with ``state_v_first``).
         cu_seqlens: ``[N + 1]`` int32/int64 sequence boundaries (then B == 1); ``cu_seqlens_cpu`` its CPU copy,
             which spares a device sync.
+        cp_context: context parallel across ranks: a context from `triton_kda.build_cp_context` (or fla's); q..beta
+            are then this rank's slice ``[1, T / W, ...]`` of the global batch, the context's local boundaries
+            replace cu_seqlens, and initial / final states are per global sequence (``triton_kda/cp.py``).
         kwargs: ``A_log`` (``[HV]``), ``dt_bias`` (``[HV * K]``) for the in-kernel gate; ``chunk_size`` 32 or 64.
 
     Returns:
@@ -177,6 +181,8 @@ def chunk_kda(
         safe_gate=safe_gate,
     )
     args = _backend_args(q, k, v, g, beta, initial_state, cu_seqlens, p, flags)
+    if cp_context is not None:  # context parallel across ranks (cp.py): the Triton path, with its state exchange
+        return chunk_kda_cp(q, k, v, g, beta, initial_state, p, flags, cp_context, args["requires_grad"])
     backend = cuda_fast.select(BACKEND_OP, args, q.device)
     if backend.fn is not None:
         return backend.fn(q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, cu_seqlens, p, flags)
