@@ -260,7 +260,6 @@ class CPPlan(NamedTuple):
     """What one CP call needs from its context (host values)."""
     group: Any
     world_size: int
-    rank: int
     slots: int          # parts of the global stream: W (contiguous) or 2W (zigzag)
     parts: tuple        # _Part per part held here, in local order
     collective: bool    # whether the state maps must be exchanged (False: no sequence crosses a part boundary)
@@ -311,7 +310,7 @@ def cp_plan(ctx, n_local: int, device: torch.device) -> CPPlan:
     if getattr(ctx, "seq_ids", None) is not None:
         ids = _state_ids(tuple(ctx.seq_ids), tuple(ctx.empty_ids), parts, device)
     crossing = getattr(ctx, "crossing", None)
-    return CPPlan(group, world_size, rank, slots, parts, crossing is not False and slots > 1,
+    return CPPlan(group, world_size, slots, parts, crossing is not False and slots > 1,
                   getattr(ctx, "num_seqs_global", None), ids)
 
 
@@ -365,55 +364,30 @@ def _exported(parts: tuple, which: str) -> tuple[int, int]:
     return (idx[0] if idx else 0), len(idx)
 
 
-def _exchange(buf: torch.Tensor, cp: CPPlan):
-    """Start the all-gather of every rank's map buffer; returns (gathered, work)."""
-    gathered = torch.empty(cp.world_size * buf.shape[0], *buf.shape[1:], device=buf.device, dtype=buf.dtype)
+def _export(kernel, inputs: tuple, state, which: str, V: int, plan, cp: CPPlan, tables: tuple, BT: int, *,
+            state_v_first: bool, prec: str):
+    """Launch `kernel` (state_cp's forward or reverse map kernel) over the sequences this rank exports (the last
+    sequence of each part with `post` > 0, or the first of each with `pre` > 0: `which`) into a fixed-size
+    [parts, HV, K, K + V] fp32 buffer, and start the all-gather of every rank's buffer; returns (gathered, work).
+    inputs: the kernel's leading tensors, the first [TT, HV, K]; state: the local initial states / final-state
+    gradients or None; tables: the kernel's (piece_seq, seq_pieces, map_pieces)."""
+    HV, K = inputs[0].shape[1:]
+    dev = inputs[0].device
+    arch = arch_of(dev)
+    cfg = cp_config(arch, K, V, inputs[0].element_size())
+    nkb = triton.cdiv(K, cfg.BC)
+    buf = torch.empty(len(cp.parts), HV, K, K + V, device=dev, dtype=torch.float32)
+    s0, nm = _exported(cp.parts, which)
+    if nm:
+        # positional constexprs, in the same order in both kernels: HV, K, V, BT, BK, BC, NKB, HAS_H0 / HAS_DHT,
+        # V_FIRST, IS_BF16, PREC
+        kernel[(nkb + triton.cdiv(V, cfg.BC), nm, HV)](
+            *inputs, state if state is not None else buf, buf[s0:], plan.cu_seqlens, plan.chunk_offsets, *tables,
+            HV, K, V, BT, _kpad(K, arch), cfg.BC, nkb, state is not None, state_v_first,
+            inputs[0].dtype == torch.bfloat16, prec, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+    gathered = torch.empty(cp.world_size * buf.shape[0], *buf.shape[1:], device=dev, dtype=buf.dtype)
     return gathered, _all_gather(gathered, buf, cp.group, async_op=True)
-
-
-def _fwd_maps(intra: IntraOut, h0, plan, cp: CPPlan, tabs: _Tables, BT: int, *, state_v_first: bool, prec: str):
-    """Launch the forward maps of this rank's continuing sequences into a [parts, HV, K, K + V] fp32 buffer and
-    start its all-gather; returns (gathered, work)."""
-    TT, HV, K = intra.w.shape
-    V = intra.u.shape[-1]
-    dev = intra.w.device
-    arch = arch_of(dev)
-    cfg = cp_config(arch, K, V, intra.w.element_size())
-    nkb = triton.cdiv(K, cfg.BC)
-    buf = torch.empty(len(cp.parts), HV, K, K + V, device=dev, dtype=torch.float32)
-    s0, nm = _exported(cp.parts, "post")
-    if nm:
-        _kda_state_cp_fwd_map_kernel[(nkb + triton.cdiv(V, cfg.BC), nm, HV)](
-            intra.kg, intra.w, intra.u, intra.gl, h0 if h0 is not None else buf, buf[s0:],
-            plan.cu_seqlens, plan.chunk_offsets, tabs.piece_seq, tabs.fwd_first, tabs.fwd_maps,
-            HV=HV, K=K, V=V, BT=BT, BK=_kpad(K, arch), BC=cfg.BC, NKB=nkb, HAS_H0=h0 is not None,
-            V_FIRST=state_v_first, IS_BF16=intra.w.dtype == torch.bfloat16, PREC=prec,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )
-    return _exchange(buf, cp)
-
-
-def _bwd_maps(intra: IntraOut, do, dht, plan, cp: CPPlan, tabs: _Tables, BT: int, *, state_v_first: bool,
-              prec: str):
-    """Launch the reverse maps of this rank's continued sequences into a [parts, HV, K, K + V] fp32 buffer and start
-    its all-gather; returns (gathered, work)."""
-    TT, HV, K = intra.w.shape
-    V = do.shape[-1]
-    dev = intra.w.device
-    arch = arch_of(dev)
-    cfg = cp_config(arch, K, V, intra.w.element_size())
-    nkb = triton.cdiv(K, cfg.BC)
-    buf = torch.empty(len(cp.parts), HV, K, K + V, device=dev, dtype=torch.float32)
-    s0, nm = _exported(cp.parts, "pre")
-    if nm:
-        _kda_state_cp_bwd_map_kernel[(nkb + triton.cdiv(V, cfg.BC), nm, HV)](
-            intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do, dht if dht is not None else buf, buf[s0:],
-            plan.cu_seqlens, plan.chunk_offsets, tabs.piece_seq, tabs.bwd_last, tabs.bwd_maps,
-            HV=HV, K=K, V=V, BT=BT, BK=_kpad(K, arch), BC=cfg.BC, NKB=nkb, HAS_DHT=dht is not None,
-            V_FIRST=state_v_first, IS_BF16=intra.w.dtype == torch.bfloat16, PREC=prec,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )
-    return _exchange(buf, cp)
 
 
 def _chain(kernel, maps: torch.Tensor, states: torch.Tensor, cp: CPPlan, chains: tuple, rows: list, *,
@@ -484,8 +458,10 @@ class ChunkKDACPFunction(torch.autograd.Function):
                              h_dtype=grad_state_dtype(q.dtype) if keep else q.dtype)
 
         if cp.collective:
-            gathered, work = _fwd_maps(intra, h0 if initial_state is not None else None, plan, cp, tabs, BT,
-                                       state_v_first=p.state_v_first, prec=prec)
+            gathered, work = _export(_kda_state_cp_fwd_map_kernel, (intra.kg, intra.w, intra.u, intra.gl),
+                                     h0 if initial_state is not None else None, "post", V, plan, cp,
+                                     (tabs.piece_seq, tabs.fwd_first, tabs.fwd_maps), BT,
+                                     state_v_first=p.state_v_first, prec=prec)
             if not needs_chain:
                 st = states()  # nothing here waits for other ranks: the state stage overlaps the all-gather
             work.wait()
@@ -541,8 +517,11 @@ class ChunkKDACPFunction(torch.autograd.Function):
             dht_local = torch.zeros(_state_shape(plan.N, HV, K, V, p.state_v_first), device=q.device,
                                     dtype=torch.float32)
         if cp.collective:
-            gathered, work = _bwd_maps(intra, do_f, dht_local if dht is not None else None, plan, cp, tabs, BT,
-                                       state_v_first=p.state_v_first, prec=prec)
+            gathered, work = _export(_kda_state_cp_bwd_map_kernel,
+                                     (intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do_f),
+                                     dht_local if dht is not None else None, "pre", V, plan, cp,
+                                     (tabs.piece_seq, tabs.bwd_last, tabs.bwd_maps), BT,
+                                     state_v_first=p.state_v_first, prec=prec)
         if not ctx.keep:
             # overlaps the all-gather
             st = state_fwd(intra, h0, plan, BT, V, output_final_state=False, state_v_first=p.state_v_first,
