@@ -279,10 +279,16 @@ def check_varlen(s: Setup, rows: list) -> bool:
     return ok
 
 
+def cuda_only(s: Setup, rows: list, check: str) -> bool:
+    """False (and a row saying so) where the ranks run on the CPU."""
+    if s.device.type != "cuda":
+        rows.append([check, "-", "-", "-", "n/a on CPU", "-", "skipped"])
+    return s.device.type == "cuda"
+
+
 def check_no_sync(s: Setup, rows: list) -> bool:
     """(d): no host-device sync in a CP forward + backward (context built before; cu_seqlens_cpu given)."""
-    if s.device.type != "cuda":
-        rows.append(["no host sync", "-", "-", "-", "n/a on CPU", "0", "pass"])
+    if not cuda_only(s, rows, "no host sync"):
         return True
     z = s.sizes
     T = z.check_T // 4 // (2 * s.W) * (2 * s.W)
@@ -307,8 +313,7 @@ def check_no_sync(s: Setup, rows: list) -> bool:
 
 def check_graph(s: Setup, rows: list) -> bool:
     """(e): a CP forward captured in a CUDA graph (all-gather included) and replayed equals the eager call."""
-    if s.device.type != "cuda":
-        rows.append(["CUDA graph", "-", "-", "-", "n/a on CPU", "-", "pass"])
+    if not cuda_only(s, rows, "CUDA graph"):
         return True
     from triton_kda import chunk_kda
 

@@ -237,7 +237,8 @@ def _check_errors(ranks: list) -> None:
         else:
             assert errs["not-member"][0] == "TypeError" and "ProcessGroup" in errs["not-member"][1], errs["not-member"]
             assert errs["other-group"][0] == "TypeError", errs["other-group"]
-            assert "`cp_context.group`" in errs["other-group"][1], errs["other-group"]
+            assert "`cp_context.group` must be a torch.distributed ProcessGroup" in errs["other-group"][1], errs[
+                "other-group"]
 
 
 def _check_final_state_owners(W: int, out_dir: str, single: dict) -> None:

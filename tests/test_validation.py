@@ -65,7 +65,7 @@ ERROR_CASES = [
     pytest.param(lambda a: a.update(cp_context=CPContext(layout="ring")), ValueError,
                  r"`cp_context.layout` must be 'contiguous' or 'zigzag', got 'ring'", id="cp-context-layout"),
     pytest.param(lambda a: a.update(cp_context=CPContext()), ValueError,
-                 r"`cp_context` was given but torch.distributed is not initialized", id="cp-context-no-dist"),
+                 r"`cp_context.group` needs an initialized torch.distributed process group", id="cp-context-no-dist"),
     pytest.param(lambda a: a.update(use_graph=True), NotImplementedError, r"`use_graph=True`.*not implemented yet",
                  id="use-graph"),
     pytest.param(lambda a: a.update(max_num_seqs=4), ValueError,

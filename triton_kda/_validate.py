@@ -189,6 +189,24 @@ def _check_fla_order(q, k, v, g, beta, initial_state, cu_seqlens, n_states, use_
         raise ValueError(f"beta must have shape [B, T, HV]={[B, T, HV]}, got {list(beta.shape)}")
 
 
+def check_group(group, name: str) -> tuple[int, int]:
+    """(rank, world size) of this process in `group`, a torch.distributed ProcessGroup it belongs to; `name` is the
+    argument's name in the messages."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(f"`{name}` needs an initialized torch.distributed process group (dist.init_process_group), "
+                         f"but torch.distributed is not initialized in this process.")
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"`{name}` must be a torch.distributed ProcessGroup this process belongs to (e.g. "
+                        f"dist.group.WORLD or one from dist.new_group), got {type(group).__name__} ({group!r}).")
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    if rank < 0:
+        raise ValueError(f"`{name}` is a process group ({world_size} ranks) that this process (global rank "
+                         f"{dist.get_rank()}) is not a member of: use the group of this rank.")
+    return rank, world_size
+
+
 _CP_FIELDS = ("group", "cu_seqlens", "cu_seqlens_cpu", "layout")
 _CP_LAYOUT_FIELDS = {"contiguous": ("pre_num_ranks", "post_num_ranks"),
                      "zigzag": ("part_len", "front_num_seqs", "pre_num_ranks_by_part", "post_num_ranks_by_part")}
@@ -198,8 +216,6 @@ def _check_cp_context(cp_context, q, initial_state, output_final_state: bool, cu
     """A context from `triton_kda.build_cp_context` or fla's `build_cp_context`, usable by this process for q.
     Returns (cu_seqlens, cu_seqlens_cpu, n_states): the context's local boundaries, which replace the caller's, and
     the number of initial states the call takes (the global sequences; None for an fla context)."""
-    import torch.distributed as dist
-
     source = "a context from triton_kda.build_cp_context (or fla.ops.cp.build_cp_context)"
     layout = getattr(cp_context, "layout", None)
     missing = [f for f in _CP_FIELDS + _CP_LAYOUT_FIELDS.get(layout, ()) if not hasattr(cp_context, f)]
@@ -208,16 +224,7 @@ def _check_cp_context(cp_context, q, initial_state, output_final_state: bool, cu
                         f"{missing}.")
     if layout not in _CP_LAYOUT_FIELDS:
         raise ValueError(f"`cp_context.layout` must be 'contiguous' or 'zigzag', got {layout!r}.")
-    group = cp_context.group
-    if not (dist.is_available() and dist.is_initialized()):
-        raise ValueError("`cp_context` was given but torch.distributed is not initialized in this process.")
-    if not isinstance(group, dist.ProcessGroup):
-        raise TypeError(f"`cp_context.group` must be a torch.distributed ProcessGroup, got {type(group).__name__} "
-                        f"({group!r}).")
-    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
-    if rank < 0:
-        raise ValueError(f"`cp_context` belongs to a process group ({world_size} ranks) that this process (global "
-                         f"rank {dist.get_rank()}) is not a member of: use the context built on this rank.")
+    rank, world_size = check_group(cp_context.group, "cp_context.group")
     built = (getattr(cp_context, "rank", None), getattr(cp_context, "world_size", None))
     if built != (None, None) and built != (rank, world_size):
         raise ValueError(f"`cp_context` was built for rank {built[0]} of a {built[1]}-rank group, but this process is "

@@ -20,7 +20,7 @@ import torch
 import cuda_fast
 from triton_kda._validate import KDAProblem, validate_chunk_kda
 from triton_kda.chunk_bwd import chunk_bwd
-from triton_kda.chunk_fwd import IntraOut, intra_fwd, plan_chunks, state_fwd, wy_recompute
+from triton_kda.chunk_fwd import IntraOut, intra_stage, plan_chunks, saved_intermediates, state_fwd, wy_recompute
 from triton_kda.cp import chunk_kda_cp
 from triton_kda.state import grad_state_dtype
 
@@ -34,13 +34,7 @@ def _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan, *, 
             store_h: bool, store_v_new: bool, h_dtype: torch.dtype, store_aux: bool):
     """Run the intra and state forward stages on [B, T, ...] inputs; returns (IntraOut, StateOut)."""
     BT = p.chunk_size
-    intra = intra_fwd(_flat(q), _flat(k), _flat(v), _flat(g), _flat(beta),
-                      A_log.reshape(-1) if A_log is not None else None,
-                      dt_bias.reshape(-1) if dt_bias is not None else None,
-                      p.scale, plan, BT, use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"],
-                      use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
-                      use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
-                      allow_neg_eigval=flags["allow_neg_eigval"], store_aux=store_aux)
+    intra = intra_stage(q, k, v, g, beta, A_log, dt_bias, p.scale, plan, BT, flags, store_aux=store_aux)
     st = state_fwd(intra, initial_state.contiguous() if initial_state is not None else None, plan, BT, v.shape[-1],
                    output_final_state=output_final_state, state_v_first=p.state_v_first, store_h=store_h,
                    store_v_new=store_v_new, h_dtype=h_dtype)
@@ -75,12 +69,7 @@ class ChunkKDAFunction(torch.autograd.Function):
                             output_final_state=flags["output_final_state"], store_h=return_h or keep,
                             store_v_new=keep, h_dtype=grad_state_dtype(q.dtype) if keep else q.dtype,
                             store_aux=grad)
-        if keep:
-            saved = (*intra, st.h, st.v_new)
-        elif grad:
-            saved = (intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk)
-        else:
-            saved = ()
+        saved = saved_intermediates(intra, st, keep=keep, grad=grad)
         ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, initial_state, *saved)
         ctx.p, ctx.flags, ctx.seqlens_cpu, ctx.keep = p, flags, seqlens_cpu, keep
         o = st.o.view(B, T, HV, V)

@@ -43,9 +43,9 @@ import torch
 import torch.distributed as dist
 import triton
 
-from triton_kda._validate import KDAProblem, _seqlens_on_cpu
+from triton_kda._validate import KDAProblem, _seqlens_on_cpu, check_group
 from triton_kda.chunk_bwd import chunk_bwd
-from triton_kda.chunk_fwd import IntraOut, intra_fwd, plan_chunks, state_fwd, wy_recompute
+from triton_kda.chunk_fwd import IntraOut, intra_stage, plan_chunks, saved_intermediates, state_fwd, wy_recompute
 from triton_kda.configs import _kpad, arch_of, cp_config, precision_of
 from triton_kda.state import grad_state_dtype
 from triton_kda.state_cp import (
@@ -215,16 +215,7 @@ def build_cp_context(cu_seqlens: torch.Tensor, group, cu_seqlens_cpu: torch.Tens
     """
     if layout not in LAYOUTS:
         raise ValueError(f"`layout` must be 'contiguous' or 'zigzag', got {layout!r}.")
-    if not (dist.is_available() and dist.is_initialized()):
-        raise ValueError("build_cp_context needs an initialized torch.distributed process group "
-                         "(dist.init_process_group), but torch.distributed is not initialized.")
-    if not isinstance(group, dist.ProcessGroup):
-        raise TypeError(f"`group` must be a torch.distributed ProcessGroup this process belongs to (e.g. "
-                        f"dist.group.WORLD or one from dist.new_group), got {type(group).__name__} ({group!r}).")
-    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
-    if rank < 0:
-        raise ValueError(f"this process (global rank {dist.get_rank()}) is not a member of `group` "
-                         f"({world_size} ranks): build the context with the group this rank belongs to.")
+    rank, world_size = check_group(group, "group")
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.ndim != 1:
         got = f"a {cu_seqlens.ndim}-D tensor" if isinstance(cu_seqlens, torch.Tensor) else type(cu_seqlens).__name__
         raise TypeError(f"`cu_seqlens` must be a 1-D integer tensor [N + 1] of global boundaries, got {got}.")
@@ -441,14 +432,7 @@ class ChunkKDACPFunction(torch.autograd.Function):
         prec = precision_of(q.dtype)
         keep = flags["disable_recompute"] and grad
         return_h = flags["return_intermediate_states"]
-        intra = intra_fwd(q.flatten(0, 1).contiguous(), k.flatten(0, 1).contiguous(), v.flatten(0, 1).contiguous(),
-                          g.flatten(0, 1).contiguous(), beta.flatten(0, 1).contiguous(),
-                          A_log.reshape(-1) if A_log is not None else None,
-                          dt_bias.reshape(-1) if dt_bias is not None else None,
-                          p.scale, plan, BT, use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"],
-                          use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
-                          use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
-                          allow_neg_eigval=flags["allow_neg_eigval"], store_aux=grad)
+        intra = intra_stage(q, k, v, g, beta, A_log, dt_bias, p.scale, plan, BT, flags, store_aux=grad)
         h0 = _local_initial_states(initial_state, cp, plan.N, HV, K, V, p.state_v_first, q.device)
         needs_chain = any(part.pre > 0 for part in cp.parts)
 
@@ -474,12 +458,7 @@ class ChunkKDACPFunction(torch.autograd.Function):
         final = None
         if flags["output_final_state"]:
             final = _global_final_states(st.final_state, initial_state, cp)
-        if keep:
-            saved = (*intra, st.h, st.v_new)
-        elif grad:
-            saved = (intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk)
-        else:
-            saved = ()
+        saved = saved_intermediates(intra, st, keep=keep, grad=grad)
         ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, initial_state, h0, *saved)
         ctx.p, ctx.flags, ctx.cp, ctx.keep = p, flags, cp, keep
         o = st.o.view(B, T, HV, V)
