@@ -459,6 +459,7 @@ CHUNK_BAD = [
      ValueError, "takes no gradient"),
     ("identity-pool-wrong-slots", dict(ssm_state_indices=None), ValueError, "expected 2 slots, got 4"),
     ("accepted-tokens", dict(num_accepted_tokens=_idx(1, 1)), TypeError, "unexpected keyword"),
+    ("with-cp-context", dict(cp_context=object()), ValueError, "cannot be combined with `cp_context`"),
 ]
 
 

@@ -8,10 +8,11 @@ With ``TRITON_KDA_FLA_PLUGIN=1`` importing this package also registers triton_kd
 """
 from cuda_fast import backend_report
 from triton_kda.chunk import chunk_kda
+from triton_kda.cp import build_cp_context
 from triton_kda.integrations import enable_from_env
 from triton_kda.recurrent import fused_recurrent_kda
 
 enable_from_env()
 
-__all__ = ["backend_report", "chunk_kda", "fused_recurrent_kda"]
+__all__ = ["backend_report", "build_cp_context", "chunk_kda", "fused_recurrent_kda"]
 __version__ = "0.1.0"

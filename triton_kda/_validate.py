@@ -35,7 +35,8 @@ class KDAProblem(NamedTuple):
     """The resolved sizes and options of one ``chunk_kda`` call.
 
     B, T, H, HV, K, V: batch, tokens, q/k head count, v head count, key head dim, value head dim.
-    N: number of sequences (``B``, or ``len(cu_seqlens) - 1`` in varlen mode where ``B == 1``).
+    N: number of sequences (``B``, or ``len(cu_seqlens) - 1`` in varlen mode where ``B == 1``; this rank's local
+        sequences under context parallel).
     chunk_size: ``BT``, 32 or 64.
     scale: the query scale as a Python float (``K ** -0.5`` when ``None`` was given).
     A_log: the ``A_log`` kwarg (``HV`` float elements) when ``use_gate_in_kernel``, else ``None``.
@@ -144,20 +145,21 @@ def _require_index_tensor(name: str, t: Any) -> None:
                          f"got {t.shape[0]}.")
 
 
-def _check_fla_order(q, k, v, g, beta, initial_state, cu_seqlens, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-                     allow_neg_eigval, safe_gate, lower_bound, kwargs: dict) -> None:
-    """The checks fla 0.6.0 performs, in its order and with its message text (asserts become ValueError/TypeError)."""
+def _check_fla_order(q, k, v, g, beta, initial_state, cu_seqlens, n_states, use_gate_in_kernel,
+                     use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound, kwargs: dict) -> None:
+    """The checks fla 0.6.0 performs, in its order and with its message text (asserts become ValueError/TypeError).
+    n_states: the number of initial states a varlen call takes (the global sequences under context parallel)."""
     if cu_seqlens is not None:
         if q.shape[0] != 1:
             raise ValueError(
                 f"The batch size is expected to be 1 rather than {q.shape[0]} when using `cu_seqlens`."
                 f"Please flatten variable-length inputs before processing. (q: {_describe(q)})"
             )
-        if initial_state is not None and initial_state.shape[0] != len(cu_seqlens) - 1:
+        if initial_state is not None and initial_state.shape[0] != n_states:
             raise ValueError(
                 f"The number of initial states is expected to be equal to the number of input sequences, "
-                f"i.e., {len(cu_seqlens) - 1} rather than {initial_state.shape[0]}. "
-                f"(`initial_state`: {_describe(initial_state)}; `cu_seqlens` has {len(cu_seqlens)} boundaries)"
+                f"i.e., {n_states} rather than {initial_state.shape[0]}. "
+                f"(`initial_state`: {_describe(initial_state)}; the batch has {n_states} sequences)"
             )
     if initial_state is not None and initial_state.dtype != torch.float32:
         raise TypeError(f"initial_state must be in float32, got {initial_state.dtype} ({_describe(initial_state)}).")
@@ -190,6 +192,71 @@ def _check_fla_order(q, k, v, g, beta, initial_state, cu_seqlens, use_gate_in_ke
         raise ValueError(f"g must have shape [B, T, HV, K]={[B, T, HV, K]}, got {list(g.shape)}")
     if beta.shape != (B, T, HV):
         raise ValueError(f"beta must have shape [B, T, HV]={[B, T, HV]}, got {list(beta.shape)}")
+
+
+def check_group(group, name: str) -> tuple[int, int]:
+    """(rank, world size) of this process in `group`, a torch.distributed ProcessGroup it belongs to; `name` is the
+    argument's name in the messages."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(f"`{name}` needs an initialized torch.distributed process group (dist.init_process_group), "
+                         f"but torch.distributed is not initialized in this process.")
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"`{name}` must be a torch.distributed ProcessGroup this process belongs to (e.g. "
+                        f"dist.group.WORLD or one from dist.new_group), got {type(group).__name__} ({group!r}).")
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    if rank < 0:
+        raise ValueError(f"`{name}` is a process group ({world_size} ranks) that this process (global rank "
+                         f"{dist.get_rank()}) is not a member of: use the group of this rank.")
+    return rank, world_size
+
+
+_CP_FIELDS = ("group", "cu_seqlens", "cu_seqlens_cpu", "layout")
+_CP_LAYOUT_FIELDS = {"contiguous": ("pre_num_ranks", "post_num_ranks"),
+                     "zigzag": ("part_len", "front_num_seqs", "pre_num_ranks_by_part", "post_num_ranks_by_part")}
+
+
+def _check_cp_context(cp_context, q, initial_state, output_final_state: bool, cu_seqlens, cu_seqlens_cpu):
+    """A context from `triton_kda.build_cp_context` or fla's `build_cp_context`, usable by this process for q.
+    Returns (cu_seqlens, cu_seqlens_cpu, n_states): the context's local boundaries, which replace the caller's, and
+    the number of initial states the call takes (the global sequences; None for an fla context)."""
+    source = "a context from triton_kda.build_cp_context (or fla.ops.cp.build_cp_context)"
+    layout = getattr(cp_context, "layout", None)
+    missing = [f for f in _CP_FIELDS + _CP_LAYOUT_FIELDS.get(layout, ()) if not hasattr(cp_context, f)]
+    if missing:
+        raise TypeError(f"`cp_context` must be {source}, got {type(cp_context).__name__} without the field(s) "
+                        f"{missing}.")
+    if layout not in _CP_LAYOUT_FIELDS:
+        raise ValueError(f"`cp_context.layout` must be 'contiguous' or 'zigzag', got {layout!r}.")
+    rank, world_size = check_group(cp_context.group, "cp_context.group")
+    built = (getattr(cp_context, "rank", None), getattr(cp_context, "world_size", None))
+    if built != (None, None) and built != (rank, world_size):
+        raise ValueError(f"`cp_context` was built for rank {built[0]} of a {built[1]}-rank group, but this process is "
+                         f"rank {rank} of the {world_size}-rank `cp_context.group`: a context from another group or "
+                         f"rank; build it on this rank with its own group.")
+    local, local_cpu = cp_context.cu_seqlens, cp_context.cu_seqlens_cpu
+    _require_index_tensor("cp_context.cu_seqlens", local)
+    if local.device != q.device:
+        raise ValueError(f"`cp_context.cu_seqlens` must be on q's device {q.device}, got device {local.device}.")
+    if cu_seqlens is not None and cu_seqlens is not local and cu_seqlens.shape != local.shape:
+        raise ValueError(f"under context parallel `cu_seqlens` must be None or the context's local boundaries "
+                         f"`cp_context.cu_seqlens` ({local.shape[0]} boundaries), which replace it; got "
+                         f"{cu_seqlens.shape[0]} boundaries (the global cu_seqlens goes to build_cp_context).")
+    if cu_seqlens_cpu is not None and local_cpu is None:
+        local_cpu = cu_seqlens_cpu
+    if local_cpu is not None:
+        _require_index_tensor("cp_context.cu_seqlens_cpu", local_cpu)
+        T_local = int(local_cpu[-1])
+        if q.shape[1] != T_local:
+            raise ValueError(f"`q` must hold this rank's slice of the global batch, {T_local} tokens (`cp_context`: "
+                             f"rank {rank} of {world_size}, layout {layout!r}), got T={q.shape[1]} ({_describe(q)}).")
+    n_states = getattr(cp_context, "num_seqs_global", None)
+    if (initial_state is not None or output_final_state) and n_states is None:
+        raise ValueError("`initial_state` and `output_final_state=True` under context parallel need a context from "
+                         "triton_kda.build_cp_context (it knows the global sequences); this cp_context "
+                         f"({type(cp_context).__name__}) does not.")
+    return local, local_cpu, n_states
 
 
 def _check_dtypes_and_devices(q, k, v, g, beta, initial_state, cu_seqlens) -> None:
@@ -306,7 +373,9 @@ def validate_chunk_kda(
     kwargs ``A_log`` (HV elements), ``dt_bias`` (HV * K elements), ``chunk_size`` (32 or 64, default 64) and the
     deprecated ``transpose_state_layout``. Copies cu_seqlens to the CPU once unless cu_seqlens_cpu is given (not
     while tracing: see ``KDAProblem.seqlens_cpu``).
-    Raises TypeError/ValueError for bad input, NotImplementedError for cp_context and use_graph.
+    With ``cp_context`` (see ``_check_cp_context``) the context's local boundaries replace cu_seqlens and
+    cu_seqlens_cpu, and initial_state has one row per global sequence. Raises TypeError/ValueError for bad input,
+    NotImplementedError for use_graph.
     """
     flags = {
         "output_final_state": output_final_state, "use_qk_l2norm_in_kernel": use_qk_l2norm_in_kernel,
@@ -317,11 +386,10 @@ def validate_chunk_kda(
     }
     _check_call_form(q, k, v, g, beta, initial_state, cu_seqlens, flags, kwargs)
     state_v_first = _fold_transpose_state_layout(kwargs, state_v_first)
+    n_states = len(cu_seqlens) - 1 if cu_seqlens is not None else q.shape[0]
     if cp_context is not None:
-        raise NotImplementedError(
-            f"`cp_context` was given ({type(cp_context).__name__}), but multi-GPU context parallel is not "
-            f"implemented yet in triton-kda; pass cp_context=None."
-        )
+        cu_seqlens, cu_seqlens_cpu, n_states = _check_cp_context(cp_context, q, initial_state, output_final_state,
+                                                                 cu_seqlens, cu_seqlens_cpu)
     if use_graph:
         raise NotImplementedError(
             "`use_graph=True` (a fixed-shape varlen chunk list for CUDA-graph capture, sized by `max_num_seqs`) "
@@ -331,8 +399,8 @@ def validate_chunk_kda(
         raise ValueError(f"`max_num_seqs` is only meaningful with `use_graph=True`, got max_num_seqs={max_num_seqs} "
                          f"with use_graph=False; pass max_num_seqs=None.")
 
-    _check_fla_order(q, k, v, g, beta, initial_state, cu_seqlens, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-                     allow_neg_eigval, safe_gate, lower_bound, kwargs)
+    _check_fla_order(q, k, v, g, beta, initial_state, cu_seqlens, n_states, use_gate_in_kernel,
+                     use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound, kwargs)
 
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -341,7 +409,7 @@ def validate_chunk_kda(
     _check_dtypes_and_devices(q, k, v, g, beta, initial_state, cu_seqlens)
     N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
     if initial_state is not None:
-        _check_initial_state(initial_state, N, HV, K, V, state_v_first)
+        _check_initial_state(initial_state, n_states, HV, K, V, state_v_first)
     if lower_bound is not None:
         _check_lower_bound(lower_bound)
     A_log, dt_bias = (kwargs.get("A_log"), kwargs.get("dt_bias")) if use_gate_in_kernel else (None, None)
@@ -542,7 +610,8 @@ def validate_fused_recurrent_kda(
                      extra=_RECURRENT_EXTRA_KWARGS)
     state_v_first = _fold_transpose_state_layout(kwargs, state_v_first)
     pool = ssm_state_indices is not None
-    _check_fla_order(q, k, v, g, beta, None if pool else initial_state, cu_seqlens, use_gate_in_kernel,
+    n_states = len(cu_seqlens) - 1 if cu_seqlens is not None else q.shape[0]
+    _check_fla_order(q, k, v, g, beta, None if pool else initial_state, cu_seqlens, n_states, use_gate_in_kernel,
                      use_beta_sigmoid_in_kernel, allow_neg_eigval, False, lower_bound, {"A_log": A_log})
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]

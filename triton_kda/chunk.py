@@ -5,6 +5,8 @@ cu_seqlens values cannot be read and the op checks them when it runs), then call
 ``triton_kda::chunk_kda_fwd`` (`triton_kda.ops`), which picks a backend through the `cuda_fast` registry and runs the
 stages; autograd reaches ``triton_kda::chunk_kda_bwd``. The state-pool keywords (pool.py) are handled around the
 op: the gather into its initial states before, the scatter of its final states after (so the op mutates nothing).
+Context parallel across ranks (``cp_context``, cp.py) takes its own autograd Function instead of the op: the context
+is not a tensor (no op schema can carry it) and its all-gathers run between the forward's and backward's stages.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import torch
 
 from triton_kda import ops
 from triton_kda._validate import validate_chunk_kda
+from triton_kda.cp import chunk_kda_cp
 from triton_kda.pool import StatePool
 
 
@@ -58,7 +61,10 @@ def chunk_kda(
             it, slot n is sequence n); a negative index is padding: that sequence starts from a zero state and its
             final state goes nowhere. Sequences start from their slots; with ``inplace_final_state`` their final
             states are written back into those slots (slots not named are never touched). Checked on the host
-            (range, distinct live slots) before any launch; the pool takes no gradient.
+            (range, distinct live slots) before any launch; the pool takes no gradient. Not with ``cp_context``.
+        cp_context: context parallel across ranks: a context from `triton_kda.build_cp_context` (or fla's); q..beta
+            are then this rank's slice ``[1, T / W, ...]`` of the global batch, the context's local boundaries
+            replace cu_seqlens, and initial / final states are per global sequence (``triton_kda/cp.py``).
 
     Returns:
         ``(o, final_state)``: o ``[B, T, HV, V]`` in q's dtype, final_state ``[N, HV, K, V]`` fp32 or None;
@@ -68,11 +74,15 @@ def chunk_kda(
 
     Works under ``torch.compile(fullgraph=True)`` (a custom op: no graph break) and inside CUDA graphs. With the
     pool keywords the pool's check, gather and scatter run eagerly around the op (graph breaks under compile, so
-    not with ``fullgraph=True``).
+    not with ``fullgraph=True``). CP calls run eagerly under compile.
     """
     ssm_state_indices = kwargs.pop("ssm_state_indices", None)
     inplace_final_state = kwargs.pop("inplace_final_state", False)
     in_pool = ssm_state_indices is not None or inplace_final_state is not False
+    if in_pool and cp_context is not None:
+        raise ValueError(f"`ssm_state_indices` / `inplace_final_state` (state pools) cannot be combined with "
+                         f"`cp_context` (context parallel), got cp_context={type(cp_context).__name__}; pass the "
+                         f"initial states per global sequence instead.")
     p = validate_chunk_kda(
         q, k, v, g, beta, scale, None if in_pool else initial_state, output_final_state, use_qk_l2norm_in_kernel,
         use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound, disable_recompute,
@@ -86,12 +96,16 @@ def chunk_kda(
         initial_state, output_final_state = pool.h0, output_final_state or inplace_final_state
     inputs = (q, k, v, g, beta, p.A_log, p.dt_bias, initial_state)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
+    lower_bound = float(lower_bound) if use_gate_in_kernel and lower_bound is not None else None
+    options = (output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+               allow_neg_eigval, safe_gate, disable_recompute, return_intermediate_states)
+    if cp_context is not None:
+        return chunk_kda_cp(q, k, v, g, beta, initial_state, p, ops.kda_flags(lower_bound, *options), cp_context,
+                            grad)
     o, final_state, h, _ = ops.chunk_kda_fwd(
         q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, cu_seqlens,
-        p.seqlens_cpu if p.seqlens_cpu is not None else cu_seqlens_cpu, p.scale, p.chunk_size,
-        float(lower_bound) if use_gate_in_kernel and lower_bound is not None else None, output_final_state,
-        use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate,
-        disable_recompute, return_intermediate_states, p.state_v_first, grad,
+        p.seqlens_cpu if p.seqlens_cpu is not None else cu_seqlens_cpu, p.scale, p.chunk_size, lower_bound,
+        *options, p.state_v_first, grad,
     )
     final_state = final_state if output_final_state else None
     out = (o, final_state, h) if return_intermediate_states else (o, final_state)

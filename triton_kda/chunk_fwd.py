@@ -153,6 +153,29 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, B
     return out
 
 
+def intra_stage(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, BT: int, flags: dict, *,
+                store_aux: bool) -> IntraOut:
+    """`intra_fwd` on [B, T, ...] inputs (flattened here), A_log / dt_bias in any shape, with chunk_kda's flags."""
+    return intra_fwd(q.flatten(0, 1).contiguous(), k.flatten(0, 1).contiguous(), v.flatten(0, 1).contiguous(),
+                     g.flatten(0, 1).contiguous(), beta.flatten(0, 1).contiguous(),
+                     A_log.reshape(-1) if A_log is not None else None,
+                     dt_bias.reshape(-1) if dt_bias is not None else None,
+                     scale, plan, BT, use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"],
+                     use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
+                     use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
+                     allow_neg_eigval=flags["allow_neg_eigval"], store_aux=store_aux)
+
+
+def saved_intermediates(intra: IntraOut, st: StateOut, *, keep: bool, grad: bool) -> tuple:
+    """What a forward saves for its backward: every intermediate with `keep` (disable_recompute; then h and v_new
+    last), else, where a backward can follow, what its recompute starts from (Aqk, the row norms, beta, Akk)."""
+    if keep:
+        return (*intra, st.h, st.v_new)
+    if grad:
+        return (intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk)
+    return ()
+
+
 def wy_recompute(q, k, v, g, A_log, dt_bias, Aqk, rstd_q, rstd_k, beta_act, Akk, scale: float, plan: ChunkPlan,
                  BT: int, *, use_gate_in_kernel: bool, lower_bound: float | None) -> IntraOut:
     """The backward's recompute of `intra_fwd`'s outputs from what the forward saved (Aqk, rstd_q, rstd_k, beta_act,

@@ -31,11 +31,10 @@ from torch import Tensor
 import cuda_fast
 from triton_kda._validate import KDAProblem, seqlens_on_cpu
 from triton_kda.chunk_bwd import chunk_bwd
-from triton_kda.chunk_fwd import IntraOut, intra_fwd, plan_chunks, state_fwd, wy_recompute
+from triton_kda.chunk_fwd import IntraOut, intra_stage, plan_chunks, saved_intermediates, state_fwd, wy_recompute
 from triton_kda.state import grad_state_dtype
 
 BACKEND_OP = "chunk_kda_fwd"
-_RECOMPUTE_SAVED = ("Aqk", "rstd_q", "rstd_k", "beta", "Akk")
 
 
 def _flat(x: Tensor) -> Tensor:
@@ -69,17 +68,23 @@ def _backend_args(q, k, v, g, beta, initial_state, cu_seqlens, p: KDAProblem, fl
                 cu_seqlens=cu_seqlens, dtype=q.dtype, varlen=cu_seqlens is not None, requires_grad=requires_grad)
 
 
+def kda_flags(lower_bound: float | None, output_final_state: bool, use_qk_l2norm_in_kernel: bool,
+              use_gate_in_kernel: bool, use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool, safe_gate: bool,
+              disable_recompute: bool, return_intermediate_states: bool) -> dict:
+    """The flags dict the stages and backends read (every boolean option of chunk_kda plus the resolved
+    lower_bound); the arguments in the forward op's order."""
+    return dict(lower_bound=lower_bound, output_final_state=output_final_state,
+                use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
+                use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+                safe_gate=safe_gate, disable_recompute=disable_recompute,
+                return_intermediate_states=return_intermediate_states)
+
+
 def _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan, *, output_final_state: bool,
             store_h: bool, store_v_new: bool, h_dtype: torch.dtype, store_aux: bool):
     """Run the intra and state forward stages on [B, T, ...] inputs; returns (IntraOut, StateOut)."""
     BT = p.chunk_size
-    intra = intra_fwd(_flat(q), _flat(k), _flat(v), _flat(g), _flat(beta),
-                      A_log.reshape(-1) if A_log is not None else None,
-                      dt_bias.reshape(-1) if dt_bias is not None else None,
-                      p.scale, plan, BT, use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"],
-                      use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
-                      use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
-                      allow_neg_eigval=flags["allow_neg_eigval"], store_aux=store_aux)
+    intra = intra_stage(q, k, v, g, beta, A_log, dt_bias, p.scale, plan, BT, flags, store_aux=store_aux)
     st = state_fwd(intra, initial_state.contiguous() if initial_state is not None else None, plan, BT, v.shape[-1],
                    output_final_state=output_final_state, state_v_first=p.state_v_first, store_h=store_h,
                    store_v_new=store_v_new, h_dtype=h_dtype)
@@ -103,10 +108,9 @@ def fwd_impl(
     what the backward reads (empty without grad; Aqk, rstd_q, rstd_k, beta, Akk; with disable_recompute every
     `IntraOut` field, then h in `grad_state_dtype` and v_new)."""
     p = _problem(q, v, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, state_v_first)
-    flags = dict(output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-                 use_gate_in_kernel=use_gate_in_kernel, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-                 allow_neg_eigval=allow_neg_eigval, lower_bound=lower_bound, disable_recompute=disable_recompute,
-                 return_intermediate_states=return_intermediate_states, safe_gate=safe_gate)
+    flags = kda_flags(lower_bound, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+                      use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, disable_recompute,
+                      return_intermediate_states)
     args = _backend_args(q, k, v, g, beta, initial_state, cu_seqlens, p, flags, grad)
     backend = cuda_fast.select(BACKEND_OP, args, q.device)
     if backend.fn is not None:
@@ -123,12 +127,7 @@ def fwd_impl(
     intra, st = _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan,
                         output_final_state=output_final_state, store_h=return_intermediate_states or keep,
                         store_v_new=keep, h_dtype=grad_state_dtype(q.dtype) if keep else q.dtype, store_aux=grad)
-    if keep:
-        saved = [*intra, st.h, st.v_new]
-    elif grad:
-        saved = [getattr(intra, name) for name in _RECOMPUTE_SAVED]
-    else:
-        saved = []
+    saved = list(saved_intermediates(intra, st, keep=keep, grad=grad))
     h = st.h.view(B if cu_seqlens is None else 1, -1, *st.h.shape[1:]) if return_intermediate_states else None
     return (st.o.view(B, T, HV, V), st.final_state if output_final_state else _none(q),
             h if h is not None else q.new_empty(0), saved)

@@ -8,7 +8,9 @@ INFO on ``triton_kda.integrations.fla`` for every declined call. `unregister()` 
 
 The verifier declines: ``TRITON_KDA_FLA_PLUGIN=0``; arguments that do not bind to chunk_kda's signature; keywords
 other than ``A_log``, ``dt_bias``, ``chunk_size`` and ``transpose_state_layout`` (fla ignores unknown ones, chunk_kda
-rejects them); ``cp_context`` (multi-GPU context parallel) and ``use_graph`` / ``max_num_seqs``; inputs off CUDA (on
+rejects them); ``cp_context`` (multi-GPU context parallel: triton_kda's, `triton_kda.cp`, takes fla's contexts when
+called directly, but is not yet run on GPUs, and without its own context it has no initial or final states, which
+fla's layer may pass) and ``use_graph`` / ``max_num_seqs``; inputs off CUDA (on
 the CPU only under ``TRITON_INTERPRET=1``, and there not bf16, which the interpreter computes wrongly). Anything else
 it accepts, invalid input included: triton_kda then raises fla's error (same order and text) or its own stricter one.
 
@@ -51,7 +53,8 @@ def decline_reason(*args, **kwargs) -> str | None:
     if unknown:
         return f"keyword(s) {unknown} are not chunk_kda's (fla ignores them)"
     if given.get("cp_context") is not None:
-        return "cp_context (multi-GPU context parallel) is not implemented in triton_kda"
+        return ("cp_context (multi-GPU context parallel) is not implemented through the plug-in: fla keeps its CP "
+                "calls (triton_kda's CP is called as triton_kda.chunk_kda(cp_context=...))")
     if given.get("use_graph") or given.get("max_num_seqs") is not None:
         return "use_graph / max_num_seqs (fla's padded CUDA-graph chunk list) are not implemented in triton_kda"
     q = given["q"]
