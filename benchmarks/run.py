@@ -4,6 +4,7 @@
     python -m benchmarks.run --suite kimi --quick --out DIR          # at most 2 shapes sharing H per suite
     python -m benchmarks.run --cold-start --out DIR                  # process start -> first fwd+bwd, fresh caches
     python -m benchmarks.run --suite gva --tune-cache DIR --out DIR  # keep fla's autotuning between device calls
+    python -m benchmarks.run --suite decode --out DIR                # fused_recurrent_kda decode step, state pool
 
 For every (suite, shape, flag set) the inputs are built once (several rotated sets, so the working set exceeds
 L2) and every implementation runs on the same tensors:
@@ -15,6 +16,8 @@ L2) and every implementation runs on the same tensors:
 Rows (JSON lines, one file per run under --out) carry the times, the speedup against fla, the achieved rates of
 ``benchmarks.model`` against the copy bandwidth and bf16 matmul rate measured in the same run, the peak memory,
 the oracle errors and the provenance. ``python -m benchmarks.report`` renders them.
+The ``decode`` suite times one serving decode step of ``fused_recurrent_kda`` against fla's instead
+(``benchmarks.decode``: rows of kind "decode", also written as ``decode.md`` under --out).
 """
 from __future__ import annotations
 
@@ -34,9 +37,19 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import model, tune_cache
+from benchmarks import decode, model, tune_cache
 from benchmarks.report import attach_speedups
-from benchmarks.suites import FLAG_SETS, SUITES, FlagSet, Shape, resolve_flags, resolve_suites, select_shapes
+from benchmarks.suites import (
+    DECODE_SLOTS,
+    DECODE_SUITES,
+    FLAG_SETS,
+    SUITES,
+    FlagSet,
+    Shape,
+    resolve_flags,
+    resolve_suites,
+    select_shapes,
+)
 
 IMPLS = ("triton", "fla", "sm90")
 DEFAULT_IMPLS = ("triton", "fla")
@@ -685,7 +698,20 @@ def main(argv: list[str] | None = None) -> int:
     timer = cuda_timer(warmup_ms, rep_ms)
     context = {**prov, **measure_ceilings(timer, device),
                "autotune_cache": f"{restored} results restored" if restored else "fresh"}
-    impls = load_impls(args.impl)
+    decode_rows = []
+    for suite in DECODE_SUITES:
+        for shape in select_shapes(suites.pop(suite, ()), max_shapes=args.max_shapes):
+            for flags in flag_sets:
+                log(f"--- decode {shape.label} {flags.name}: pool of {DECODE_SLOTS} slots")
+                rows = decode.bench_shape(shape, flags, args.impl, timer, context, slots=DECODE_SLOTS,
+                                          device=device, seed=args.seed)
+                writer.write(rows)
+                decode_rows += rows
+                for row in rows:
+                    log(decode.describe(row))
+    if decode_rows:
+        (args.out / "decode.md").write_text(decode.markdown(decode_rows) + "\n")
+    impls = load_impls(args.impl) if suites else {}
     plan = [(suite, shape, flags) for suite, shapes in suites.items()
             for shape in select_shapes(shapes, quick=args.quick, max_shapes=args.max_shapes) for flags in flag_sets]
     head_configs = {(shape.H, shape.HV, shape.K, shape.V, shape.varlen) for _, shape, _ in plan}

@@ -149,7 +149,11 @@ SUITES: dict[str, tuple[Shape, ...]] = {
         Shape(B=2, T=8192, H=16, HV=16, K=256, V=256),
     ),
     "fp32": (Shape(B=1, T=8192, H=16, HV=16, dtype="fp32"),),
+    # one decode step (T = 1) of fused_recurrent_kda on a state pool of DECODE_SLOTS slots (benchmarks/decode.py)
+    "decode": tuple(Shape(B=b, T=1, H=32, HV=32) for b in (1, 64, 256)),
 }
+DECODE_SUITES = ("decode",)
+DECODE_SLOTS = 1024
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ class FwdArgs(ctypes.Structure):
 
 
 def verify(args: dict) -> tuple[bool, str]:
-    """Whether this backend takes a ``chunk_kda`` call (``args``: see ``triton_kda.chunk._backend_args``)."""
+    """Whether this backend takes a ``chunk_kda`` call (``args``: see ``triton_kda.ops._backend_args``)."""
     if args["requires_grad"]:
         return False, "forward only: a backward may follow (grad mode on and an input requires grad)"
     if args["return_intermediate_states"]:
@@ -138,9 +138,10 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, out=None, final_state=None,
-            poison_workspace=False) -> FwdOut:
-    """The forward on [B, T, ...] tensors (p: the validated ``KDAProblem``, flags: ``chunk_kda``'s options).
+def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seqlens=None, out=None,
+            final_state=None, poison_workspace=False) -> FwdOut:
+    """The forward on [B, T, ...] tensors (p: the validated ``KDAProblem``, flags: ``chunk_kda``'s options;
+    cu_seqlens: the device copy of the boundaries, from which a varlen plan is built during CUDA-graph capture).
 
     ``out`` / ``final_state`` may be given (tests pass NaN-filled buffers to catch unwritten elements);
     ``poison_workspace`` fills the intermediate workspaces with NaN first (tests)."""
@@ -153,7 +154,7 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, out=No
     if cc not in CAPABILITY_TARGETS:
         raise RuntimeError(f"the {NAME} backend has no build for compute capability {cc[0]}.{cc[1]}")
     lib = load_library(CAPABILITY_TARGETS[cc])
-    plan = plan_chunks(B, T, BT, dev, p.seqlens_cpu)
+    plan = plan_chunks(B, T, BT, dev, p.seqlens_cpu, cu_seqlens)
     NT = plan.NT
     bf16 = dict(device=dev, dtype=torch.bfloat16)
     fill = torch.full if poison_workspace else (lambda shape, _value, **kw: torch.empty(shape, **kw))
@@ -188,8 +189,9 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, out=No
 
 
 def chunk_kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, p, flags):
-    """The registry's entry point (``triton_kda.chunk`` documents the call); cu_seqlens is read from p's CPU copy."""
-    out = kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags)
+    """The registry's entry point (``triton_kda.ops`` documents the call); the plan comes from p's CPU copy of
+    cu_seqlens."""
+    out = kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, cu_seqlens=cu_seqlens)
     return out.o, out.final_state
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import gpu_check, model, report, run
+from benchmarks import decode, decode_check, gpu_check, model, report, run
 from benchmarks.suites import (
     FLAG_SETS,
     SUITES,
@@ -110,6 +110,7 @@ def test_suites_hold_the_listed_shapes():
     assert len(rand.seqlens) == 20 and min(rand.seqlens) > 0 and rand.seqlens == random_seqlens(20, 16384, 0)
     assert uniform.seqlens == (1638,) * 9 + (1642,)
     assert skewed.seqlens[0] == 8192 and set(skewed.seqlens[1:]) == {128}
+    assert [dims(s) for s in SUITES["decode"]] == [(b, 1, 32, 32, 128, 128, "bf16") for b in (1, 64, 256)]
     assert len({(s.label, s.dtype) for shapes in SUITES.values() for s in shapes}) == sum(map(len, SUITES.values()))
 
 
@@ -204,8 +205,9 @@ def test_gpu_check_cli_parsing(capsys):
     assert exc.value.code == 2 and "--shapes" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("main, prog", [(run.main, "benchmarks.run"), (gpu_check.main, "benchmarks.gpu_check")],
-                         ids=["run", "gpu_check"])
+@pytest.mark.parametrize("main, prog", [(run.main, "benchmarks.run"), (gpu_check.main, "benchmarks.gpu_check"),
+                                        (decode_check.main, "benchmarks.decode_check")],
+                         ids=["run", "gpu_check", "decode_check"])
 def test_no_cuda_exits_with_code_2(main, prog, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     out = tmp_path / "out"
@@ -520,3 +522,46 @@ def test_tune_cache_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "fresh"))
     assert tune_cache.restore(saved) == 1
     assert (tmp_path / "fresh" / "abc" / "kern.autotune.json").read_text() == '{"key": 1}'
+
+
+# ---------------------------------------------------------------- decode suite
+
+def test_decode_floor_is_the_state_traffic():
+    shape = Shape(B=256, T=1, H=32, HV=32)
+    assert decode.state_floor_ms(shape, 3.0) == pytest.approx(2 * 256 * 32 * 128 * 128 * 4 / 3.0e12 * 1e3)
+    assert 0.35 < decode.state_floor_ms(shape, 3.0) < 0.36 and decode.state_floor_ms(shape, None) is None
+
+
+def test_decode_bench_checks_then_times(monkeypatch):
+    """Ours through the interpreter, a slower stand-in for fla, a wrong step: checked against the oracle (the wrong
+    one refused), timed, speedups and floor ratios attached; the CUDA graph cannot be captured on CPU (a reason)."""
+    def zeros_step(inputs, pool, idx):
+        return torch.zeros_like(inputs["v"]), pool
+
+    monkeypatch.setattr(decode, "STEPS", {"triton": decode.ours, "fla": decode.ours, "zeros": zeros_step})
+    times = {"triton": (1.0, 0.9, 1.1), "fla": (1.5, 1.4, 1.6)}
+    calls = []
+
+    def timer(fn):
+        fn()
+        calls.append(fn)
+        return times["triton" if len(calls) == 1 else "fla"]
+
+    shape = Shape(B=2, T=1, H=1, HV=2, K=16, V=16, dtype="fp32")
+    rows = decode.bench_shape(shape, FLAG_SETS["kimi"], ["triton", "fla", "zeros", "sm90"], timer,
+                              {"gpu": "test", "copy_tbps": 2.0}, slots=5, device=CPU)
+    by = {r["impl"]: r for r in rows}
+    ours = by["triton"]
+    assert ours["status"] == "ok" and ours["rel_rmse"] < 1e-6 and ours["rel_rmse_state"] < 1e-6
+    assert ours["untouched_equal"] and ours["speedup_vs_fla"] == pytest.approx(1.5)
+    assert ours["floor_ms"] == pytest.approx(2 * 2 * 2 * 16 * 16 * 4 / 2e12 * 1e3)
+    assert ours["floor_ratio"] == pytest.approx(1.0 / ours["floor_ms"])
+    assert ours["graph_ms"] is None and "CUDA graph capture failed" in ours["reason"]
+    assert by["zeros"]["status"] == "refused" and by["sm90"]["status"] == "skipped"
+    assert all(decode.describe(r) for r in rows)
+    text = decode.markdown(rows)
+    assert "| triton | 2 |" in text and "1000.0" in text
+    lines = decode_check.targets(rows)
+    assert lines[0] == "- B2 fla / ours (do_bench) 1.50 >= 1.2: met"
+    assert lines[1].startswith("- B2 fla / ours (graph) -") and lines[1].endswith("NOT met")
+    assert lines[2].startswith("- B2 ours / floor (do_bench)")

@@ -490,7 +490,7 @@ def test_runner_pins_the_backend_environment(monkeypatch):
     assert seen == ["triton"] and all(r.passed for r in rows)
     assert "TRITON_KDA_BACKEND" not in os.environ
     assert [(b.name, b.env) for b in available_backends(torch.device("cpu"))] == [
-        ("triton", (("TRITON_KDA_BACKEND", "triton"),))]
+        ("triton", (("TRITON_KDA_BACKEND", "triton"),)), ("recurrent", ()), ("recurrent_pool", ())]
 
 
 def test_backend_only_restricts_its_configs():
@@ -518,9 +518,11 @@ def test_registered_cuda_backends_join_where_the_capability_fits(monkeypatch):
     monkeypatch.setattr(runner, "cuda_capability", lambda device: (9, 0))
     got = available_backends(torch.device("cuda"), fla=False)
     assert [(b.name, b.env, b.informational) for b in got] == [
-        ("triton", (("TRITON_KDA_BACKEND", "triton"),), False), ("sm90", (("TRITON_KDA_BACKEND", "sm90"),), False)]
+        ("triton", (("TRITON_KDA_BACKEND", "triton"),), False), ("recurrent", (), False),
+        ("recurrent_pool", (), False), ("sm90", (("TRITON_KDA_BACKEND", "sm90"),), False)]
     monkeypatch.setattr(runner, "cuda_capability", lambda device: None)
-    assert [b.name for b in available_backends(torch.device("cpu"), fla=False)] == ["triton"]
+    assert [b.name for b in available_backends(torch.device("cpu"), fla=False)] == ["triton", "recurrent",
+                                                                                      "recurrent_pool"]
 
 
 def test_a_backend_that_declines_a_config_gives_no_rows():
@@ -533,6 +535,19 @@ def test_a_backend_that_declines_a_config_gives_no_rows():
     assert rows == []
 
 
+def test_decode_configs_and_forward_only_backends():
+    from triton_kda.check.runner import is_decode
+
+    assert [c.id for c in quick_grid() if is_decode(c)] == [
+        "B3-T1-H1-HV2-K16-V16-fp32-l2norm-gate_in_kernel-lb-5.0-beta_sigmoid-h0-ht",
+        "B1-T6-H1-HV2-K16-V32-fp32-seqlens=1,3,0,2-h0-ht-vfirst"]
+    assert sum(is_decode(c) for c in full_grid(("bf16",))) == 3
+    only_forward = Backend("fwd", _oracle_backend, backward=False)
+    rows = check_config(CheckConfig(1, 12, 1, 1, 8, 8, initial_state=True, output_final_state=True), [only_forward],
+                        torch.device("cpu"))
+    assert [r.tensor for r in rows] == ["o", "final_state"] and all(r.passed for r in rows)
+
+
 def test_fla_sample_is_the_bf16_kimi_configs():
     sample = [c.id for c in full_grid() if fla_sample(c)]
     assert len(sample) == 2 and all("bf16" in i and "safe_gate" in i and "l2norm" in i for i in sample)
@@ -540,6 +555,19 @@ def test_fla_sample_is_the_bf16_kimi_configs():
 
 
 # ---------------------------------------------------------------- end to end: the real quick grid, one tiny config
+
+def test_smoke_decode_config_end_to_end(tmp_path, capsys):
+    """The decode quick config on every CPU backend: chunk_kda, fused_recurrent_kda (forward and backward) and the
+    same through an in-place state pool (forward)."""
+    code = cli.main(["--quick", "--filter", "B3-T1-", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    df = pd.read_csv(tmp_path / "kda-check.csv")
+    assert set(df["backend"]) == {"triton", "recurrent", "recurrent_pool"}
+    assert set(df[df["backend"] == "recurrent"]["tensor"]) == {"o", "final_state", "dq", "dk", "dv", "dg", "dbeta",
+                                                               "dA_log", "ddt_bias", "dh0"}
+    assert set(df[df["backend"] == "recurrent_pool"]["tensor"]) == {"o", "final_state"}
+    assert code == 0, out
+
 
 def test_smoke_quick_grid_end_to_end(tmp_path, capsys):
     code = cli.main(["--quick", "--filter", "B1-T64-H1-HV1-K16-V16-fp32", "--out", str(tmp_path)])

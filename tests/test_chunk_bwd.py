@@ -259,16 +259,16 @@ def test_autotune_candidates_through_interpreter(monkeypatch):
 def test_forward_saves_aux_only_for_a_backward(monkeypatch, grad_mode):
     """The forward writes the backward's aux outputs (Akk, row norms, beta) only when a backward can follow: under
     torch.no_grad inputs that require grad must not cost the aux stores."""
-    import triton_kda.chunk
+    import triton_kda.chunk_fwd
 
     seen = []
-    real = triton_kda.chunk.intra_fwd
+    real = triton_kda.chunk_fwd.intra_fwd
 
     def spy(*args, **kwargs):
         seen.append(kwargs["store_aux"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(triton_kda.chunk, "intra_fwd", spy)
+    monkeypatch.setattr(triton_kda.chunk_fwd, "intra_fwd", spy)
     d, chunk_size, _ = _inputs(_case(), torch.float32)
     with torch.set_grad_enabled(grad_mode):
         o, _ = chunk_kda(**d, chunk_size=chunk_size)

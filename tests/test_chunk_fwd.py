@@ -112,7 +112,8 @@ def test_intermediate_states(seqlens):
     assert_close("o", o, ref.o, 1e-5)
 
 
-def test_cp_context_not_implemented():
+def test_cp_context_checked_before_any_launch():
+    """A cp_context that is no CP context fails validation (the CP runs themselves: tests/test_cp.py)."""
     d = make_inputs(1, 8, 1, 1, 16, 16, device=DEVICE)
-    with pytest.raises(NotImplementedError, match="context parallel"):
+    with pytest.raises(TypeError, match="`cp_context` must be a context from triton_kda.build_cp_context"):
         chunk_kda(**d, cp_context=object())

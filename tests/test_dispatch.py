@@ -20,19 +20,22 @@ OP = "chunk_kda_fwd"
 
 
 class Fake:
-    """A backend whose verifier returns `verdict` and records what it saw; its implementation records its calls."""
+    """A backend whose verifier returns `verdict` and records what it saw; its implementation records its calls and
+    returns zeros of chunk_kda's output shapes (kept in `result`)."""
 
     def __init__(self, verdict=(True, "fits")):
         self.verdict = verdict
         self.seen, self.calls = [], []
-        self.result = (torch.zeros(1), None)
+        self.result = None
 
     def verify(self, args):
         self.seen.append(args)
         return self.verdict
 
-    def impl(self, *args):
-        self.calls.append(args)
+    def impl(self, q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, p, flags):
+        self.calls.append((q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, p, flags))
+        ht = torch.zeros(p.N, p.HV, p.K, p.V) if flags["output_final_state"] else None
+        self.result = (torch.zeros_like(v), ht)
         return self.result
 
 
@@ -53,7 +56,8 @@ def _inputs(**opts):
 
 def test_routes_to_a_backend_that_accepts(fake):
     d = _inputs(initial_state=True, output_final_state=True)
-    assert chunk_kda(**d, chunk_size=32, safe_gate=False) is fake.result
+    o, ht = chunk_kda(**d, chunk_size=32, safe_gate=False)
+    assert o is fake.result[0] and ht is fake.result[1]
     (q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, problem, flags), = fake.calls
     names = ("q", "k", "v", "g", "beta", "initial_state")
     assert all(given is d[name] for given, name in zip((q, k, v, g, beta, h0), names, strict=True))
@@ -71,6 +75,7 @@ def test_verifier_sees_every_flag_varlen_and_grad_mode(fake):
     d = make_inputs(1, 20, 2, 2, 16, 16, device=DEVICE, seqlens=[7, 13], use_gate_in_kernel=True,
                     lower_bound=-4.0, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True,
                     use_qk_l2norm_in_kernel=True, state_v_first=True, initial_state=True, requires_grad=True)
+    fake.verdict = (False, "forward only")
     chunk_kda(**d, safe_gate=True, disable_recompute=True)
     args, = fake.seen
     expected = dict(use_gate_in_kernel=True, lower_bound=-4.0, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True,
@@ -79,9 +84,17 @@ def test_verifier_sees_every_flag_varlen_and_grad_mode(fake):
     assert {name: args[name] for name in expected} == expected
     assert args["cu_seqlens"] is d["cu_seqlens"] and args["A_log"] is d["A_log"] and args["dt_bias"] is d["dt_bias"]
     assert args["seqlens_cpu"].tolist() == [0, 7, 20]
+    fake.verdict = (True, "fits")
     with torch.no_grad():
         chunk_kda(**d, safe_gate=True)
-    assert fake.seen[-1]["requires_grad"] is False
+    assert fake.seen[-1]["requires_grad"] is False and len(fake.calls) == 1
+
+
+def test_a_backend_accepting_a_call_that_needs_a_backward_is_an_error(fake):
+    d = _inputs(requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"cuda_fast backend 'fake' accepted a chunk_kda call that needs a backward"):
+        chunk_kda(**d)
+    assert fake.seen[-1]["requires_grad"] is True and fake.calls == []
 
 
 def test_falls_back_to_triton_when_the_verifier_rejects(fake, caplog):
@@ -116,7 +129,7 @@ def test_forcing_a_backend_that_rejects_raises_its_reason(fake, monkeypatch):
         chunk_kda(**_inputs())
     assert fake.calls == []
     fake.verdict = (True, "fits")
-    assert chunk_kda(**_inputs()) is fake.result
+    assert chunk_kda(**_inputs())[0] is fake.result[0]
     assert triton_kda.backend_report() == [ReportEntry("fake", OP, f"forced by {ENV_VAR}=fake: fits")]
 
 

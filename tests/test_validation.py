@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from triton_kda._validate import KDAProblem, validate_chunk_kda
+from triton_kda.cp import CPContext
 
 DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
@@ -57,8 +58,14 @@ ERROR_CASES = [
                  r"`transpose_state_layout` must be a bool, got str", id="transpose-not-bool"),
     pytest.param(lambda a: a.update(state_v_first=True, kwargs={"transpose_state_layout": True}), ValueError,
                  r"Cannot pass both `state_v_first` and the deprecated `transpose_state_layout`", id="both-layouts"),
-    pytest.param(lambda a: a.update(cp_context=object()), NotImplementedError,
-                 r"multi-GPU context parallel is not implemented yet", id="cp-context"),
+    # context parallel (the checks that need a process group run in tests/test_cp.py)
+    pytest.param(lambda a: a.update(cp_context=object()), TypeError,
+                 r"`cp_context` must be a context from triton_kda.build_cp_context .* got object without the "
+                 r"field\(s\) \['group', 'cu_seqlens', 'cu_seqlens_cpu', 'layout'\]", id="cp-context-type"),
+    pytest.param(lambda a: a.update(cp_context=CPContext(layout="ring")), ValueError,
+                 r"`cp_context.layout` must be 'contiguous' or 'zigzag', got 'ring'", id="cp-context-layout"),
+    pytest.param(lambda a: a.update(cp_context=CPContext()), ValueError,
+                 r"`cp_context.group` needs an initialized torch.distributed process group", id="cp-context-no-dist"),
     pytest.param(lambda a: a.update(use_graph=True), NotImplementedError, r"`use_graph=True`.*not implemented yet",
                  id="use-graph"),
     pytest.param(lambda a: a.update(max_num_seqs=4), ValueError,

@@ -18,6 +18,9 @@ import warnings
 from typing import Any, NamedTuple
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
+
+from triton_kda.configs import capturing
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _INDEX_DTYPES = (torch.int32, torch.int64)
@@ -32,7 +35,8 @@ class KDAProblem(NamedTuple):
     """The resolved sizes and options of one ``chunk_kda`` call.
 
     B, T, H, HV, K, V: batch, tokens, q/k head count, v head count, key head dim, value head dim.
-    N: number of sequences (``B``, or ``len(cu_seqlens) - 1`` in varlen mode where ``B == 1``).
+    N: number of sequences (``B``, or ``len(cu_seqlens) - 1`` in varlen mode where ``B == 1``; this rank's local
+        sequences under context parallel).
     chunk_size: ``BT``, 32 or 64.
     scale: the query scale as a Python float (``K ** -0.5`` when ``None`` was given).
     A_log: the ``A_log`` kwarg (``HV`` float elements) when ``use_gate_in_kernel``, else ``None``.
@@ -40,7 +44,8 @@ class KDAProblem(NamedTuple):
     state_v_first: states are ``[N, HV, V, K]`` when True, ``[N, HV, K, V]`` when False (deprecated
         ``transpose_state_layout`` already folded in).
     seqlens_cpu: int64 CPU copy of the sequence boundaries ``[N + 1]`` (taken from ``cu_seqlens_cpu`` when given),
-        ``None`` without ``cu_seqlens``.
+        ``None`` without ``cu_seqlens``, and while tracing (torch.compile, fake tensors), where the values cannot
+        be read: the op (`triton_kda.ops`) then checks them when it runs, with the same errors, before any launch.
     """
 
     B: int
@@ -104,13 +109,14 @@ def _fold_transpose_state_layout(kwargs: dict, state_v_first: bool) -> bool:
     return kwargs["transpose_state_layout"]
 
 
-def _check_call_form(q, k, v, g, beta, initial_state, cu_seqlens, flags: dict, kwargs: dict) -> None:
-    """Keyword names, flag types and tensor ranks: what must hold before any shape can be read."""
-    unknown = sorted(set(kwargs) - set(_EXTRA_KWARGS))
+def _check_call_form(q, k, v, g, beta, initial_state, cu_seqlens, flags: dict, kwargs: dict, fn: str = "chunk_kda",
+                     extra: tuple[str, ...] = _EXTRA_KWARGS) -> None:
+    """Keyword names, flag types and tensor ranks: what must hold before any shape can be read. ``fn`` names the
+    public function in messages, ``extra`` the keywords its ``**kwargs`` accepts."""
+    unknown = sorted(set(kwargs) - set(extra))
     if unknown:
         raise TypeError(
-            f"chunk_kda() got unexpected keyword argument(s) {unknown}; the accepted extra keywords are "
-            f"{list(_EXTRA_KWARGS)}."
+            f"{fn}() got unexpected keyword argument(s) {unknown}; the accepted extra keywords are {list(extra)}."
         )
     for name, value in flags.items():
         _require_bool(name, value)
@@ -139,20 +145,21 @@ def _require_index_tensor(name: str, t: Any) -> None:
                          f"got {t.shape[0]}.")
 
 
-def _check_fla_order(q, k, v, g, beta, initial_state, cu_seqlens, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-                     allow_neg_eigval, safe_gate, lower_bound, kwargs: dict) -> None:
-    """The checks fla 0.6.0 performs, in its order and with its message text (asserts become ValueError/TypeError)."""
+def _check_fla_order(q, k, v, g, beta, initial_state, cu_seqlens, n_states, use_gate_in_kernel,
+                     use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound, kwargs: dict) -> None:
+    """The checks fla 0.6.0 performs, in its order and with its message text (asserts become ValueError/TypeError).
+    n_states: the number of initial states a varlen call takes (the global sequences under context parallel)."""
     if cu_seqlens is not None:
         if q.shape[0] != 1:
             raise ValueError(
                 f"The batch size is expected to be 1 rather than {q.shape[0]} when using `cu_seqlens`."
                 f"Please flatten variable-length inputs before processing. (q: {_describe(q)})"
             )
-        if initial_state is not None and initial_state.shape[0] != len(cu_seqlens) - 1:
+        if initial_state is not None and initial_state.shape[0] != n_states:
             raise ValueError(
                 f"The number of initial states is expected to be equal to the number of input sequences, "
-                f"i.e., {len(cu_seqlens) - 1} rather than {initial_state.shape[0]}. "
-                f"(`initial_state`: {_describe(initial_state)}; `cu_seqlens` has {len(cu_seqlens)} boundaries)"
+                f"i.e., {n_states} rather than {initial_state.shape[0]}. "
+                f"(`initial_state`: {_describe(initial_state)}; the batch has {n_states} sequences)"
             )
     if initial_state is not None and initial_state.dtype != torch.float32:
         raise TypeError(f"initial_state must be in float32, got {initial_state.dtype} ({_describe(initial_state)}).")
@@ -185,6 +192,71 @@ def _check_fla_order(q, k, v, g, beta, initial_state, cu_seqlens, use_gate_in_ke
         raise ValueError(f"g must have shape [B, T, HV, K]={[B, T, HV, K]}, got {list(g.shape)}")
     if beta.shape != (B, T, HV):
         raise ValueError(f"beta must have shape [B, T, HV]={[B, T, HV]}, got {list(beta.shape)}")
+
+
+def check_group(group, name: str) -> tuple[int, int]:
+    """(rank, world size) of this process in `group`, a torch.distributed ProcessGroup it belongs to; `name` is the
+    argument's name in the messages."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(f"`{name}` needs an initialized torch.distributed process group (dist.init_process_group), "
+                         f"but torch.distributed is not initialized in this process.")
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"`{name}` must be a torch.distributed ProcessGroup this process belongs to (e.g. "
+                        f"dist.group.WORLD or one from dist.new_group), got {type(group).__name__} ({group!r}).")
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    if rank < 0:
+        raise ValueError(f"`{name}` is a process group ({world_size} ranks) that this process (global rank "
+                         f"{dist.get_rank()}) is not a member of: use the group of this rank.")
+    return rank, world_size
+
+
+_CP_FIELDS = ("group", "cu_seqlens", "cu_seqlens_cpu", "layout")
+_CP_LAYOUT_FIELDS = {"contiguous": ("pre_num_ranks", "post_num_ranks"),
+                     "zigzag": ("part_len", "front_num_seqs", "pre_num_ranks_by_part", "post_num_ranks_by_part")}
+
+
+def _check_cp_context(cp_context, q, initial_state, output_final_state: bool, cu_seqlens, cu_seqlens_cpu):
+    """A context from `triton_kda.build_cp_context` or fla's `build_cp_context`, usable by this process for q.
+    Returns (cu_seqlens, cu_seqlens_cpu, n_states): the context's local boundaries, which replace the caller's, and
+    the number of initial states the call takes (the global sequences; None for an fla context)."""
+    source = "a context from triton_kda.build_cp_context (or fla.ops.cp.build_cp_context)"
+    layout = getattr(cp_context, "layout", None)
+    missing = [f for f in _CP_FIELDS + _CP_LAYOUT_FIELDS.get(layout, ()) if not hasattr(cp_context, f)]
+    if missing:
+        raise TypeError(f"`cp_context` must be {source}, got {type(cp_context).__name__} without the field(s) "
+                        f"{missing}.")
+    if layout not in _CP_LAYOUT_FIELDS:
+        raise ValueError(f"`cp_context.layout` must be 'contiguous' or 'zigzag', got {layout!r}.")
+    rank, world_size = check_group(cp_context.group, "cp_context.group")
+    built = (getattr(cp_context, "rank", None), getattr(cp_context, "world_size", None))
+    if built != (None, None) and built != (rank, world_size):
+        raise ValueError(f"`cp_context` was built for rank {built[0]} of a {built[1]}-rank group, but this process is "
+                         f"rank {rank} of the {world_size}-rank `cp_context.group`: a context from another group or "
+                         f"rank; build it on this rank with its own group.")
+    local, local_cpu = cp_context.cu_seqlens, cp_context.cu_seqlens_cpu
+    _require_index_tensor("cp_context.cu_seqlens", local)
+    if local.device != q.device:
+        raise ValueError(f"`cp_context.cu_seqlens` must be on q's device {q.device}, got device {local.device}.")
+    if cu_seqlens is not None and cu_seqlens is not local and cu_seqlens.shape != local.shape:
+        raise ValueError(f"under context parallel `cu_seqlens` must be None or the context's local boundaries "
+                         f"`cp_context.cu_seqlens` ({local.shape[0]} boundaries), which replace it; got "
+                         f"{cu_seqlens.shape[0]} boundaries (the global cu_seqlens goes to build_cp_context).")
+    if cu_seqlens_cpu is not None and local_cpu is None:
+        local_cpu = cu_seqlens_cpu
+    if local_cpu is not None:
+        _require_index_tensor("cp_context.cu_seqlens_cpu", local_cpu)
+        T_local = int(local_cpu[-1])
+        if q.shape[1] != T_local:
+            raise ValueError(f"`q` must hold this rank's slice of the global batch, {T_local} tokens (`cp_context`: "
+                             f"rank {rank} of {world_size}, layout {layout!r}), got T={q.shape[1]} ({_describe(q)}).")
+    n_states = getattr(cp_context, "num_seqs_global", None)
+    if (initial_state is not None or output_final_state) and n_states is None:
+        raise ValueError("`initial_state` and `output_final_state=True` under context parallel need a context from "
+                         "triton_kda.build_cp_context (it knows the global sequences); this cp_context "
+                         f"({type(cp_context).__name__}) does not.")
+    return local, local_cpu, n_states
 
 
 def _check_dtypes_and_devices(q, k, v, g, beta, initial_state, cu_seqlens) -> None:
@@ -232,18 +304,28 @@ def _check_lower_bound(lower_bound) -> None:
         raise ValueError(f"`lower_bound` must be a finite negative number (log-space gate floor), got {lower_bound}.")
 
 
-def _seqlens_on_cpu(cu_seqlens: torch.Tensor, cu_seqlens_cpu, T: int) -> torch.Tensor:
-    """int64 CPU copy of the boundaries, checked: starts at 0, non-decreasing, ends at T."""
+def _check_seqlens_cpu(cu_seqlens: torch.Tensor, cu_seqlens_cpu) -> None:
+    """cu_seqlens_cpu's type, device and length (what can be checked without reading values)."""
     if cu_seqlens_cpu is None:
-        name, source = "cu_seqlens", cu_seqlens
-    else:
-        name, source = "cu_seqlens_cpu", cu_seqlens_cpu
-        _require_index_tensor(name, source)
-        if source.device.type != "cpu":
-            raise ValueError(f"`cu_seqlens_cpu` must be a CPU tensor, got device {source.device}.")
-        if source.shape != cu_seqlens.shape:
-            raise ValueError(f"`cu_seqlens_cpu` must have the length of `cu_seqlens` ({cu_seqlens.shape[0]}), "
-                             f"got {source.shape[0]}.")
+        return
+    _require_index_tensor("cu_seqlens_cpu", cu_seqlens_cpu)
+    if cu_seqlens_cpu.device.type != "cpu":
+        raise ValueError(f"`cu_seqlens_cpu` must be a CPU tensor, got device {cu_seqlens_cpu.device}.")
+    if cu_seqlens_cpu.shape != cu_seqlens.shape:
+        raise ValueError(f"`cu_seqlens_cpu` must have the length of `cu_seqlens` ({cu_seqlens.shape[0]}), "
+                         f"got {cu_seqlens_cpu.shape[0]}.")
+
+
+def _traced(t: torch.Tensor) -> bool:
+    """Whether t's values cannot be read here: dynamo is tracing (torch.compile) or t is a fake tensor."""
+    return torch.compiler.is_compiling() or is_fake(t)
+
+
+def seqlens_on_cpu(cu_seqlens: torch.Tensor, cu_seqlens_cpu, T: int) -> torch.Tensor:
+    """int64 CPU copy of the boundaries (from cu_seqlens_cpu when given, else copied from cu_seqlens: a sync),
+    checked: starts at 0, non-decreasing, ends at T."""
+    _check_seqlens_cpu(cu_seqlens, cu_seqlens_cpu)
+    name, source = ("cu_seqlens", cu_seqlens) if cu_seqlens_cpu is None else ("cu_seqlens_cpu", cu_seqlens_cpu)
     seqlens = source.to(device="cpu", dtype=torch.int64, copy=True)
     if seqlens[0] != 0:
         raise ValueError(f"`{name}` must start at 0, got {_preview(seqlens)}.")
@@ -289,8 +371,11 @@ def validate_chunk_kda(
     the three float dtypes), beta ``[B, T, HV]`` (fp32 or q's dtype), initial_state fp32 ``[N, HV, K, V]``
     (``[N, HV, V, K]`` with state_v_first), cu_seqlens int32/int64 ``[N + 1]`` (then B == 1), all on q's device;
     kwargs ``A_log`` (HV elements), ``dt_bias`` (HV * K elements), ``chunk_size`` (32 or 64, default 64) and the
-    deprecated ``transpose_state_layout``. Copies cu_seqlens to the CPU once unless cu_seqlens_cpu is given.
-    Raises TypeError/ValueError for bad input, NotImplementedError for cp_context and use_graph.
+    deprecated ``transpose_state_layout``. Copies cu_seqlens to the CPU once unless cu_seqlens_cpu is given (not
+    while tracing: see ``KDAProblem.seqlens_cpu``).
+    With ``cp_context`` (see ``_check_cp_context``) the context's local boundaries replace cu_seqlens and
+    cu_seqlens_cpu, and initial_state has one row per global sequence. Raises TypeError/ValueError for bad input,
+    NotImplementedError for use_graph.
     """
     flags = {
         "output_final_state": output_final_state, "use_qk_l2norm_in_kernel": use_qk_l2norm_in_kernel,
@@ -301,11 +386,10 @@ def validate_chunk_kda(
     }
     _check_call_form(q, k, v, g, beta, initial_state, cu_seqlens, flags, kwargs)
     state_v_first = _fold_transpose_state_layout(kwargs, state_v_first)
+    n_states = len(cu_seqlens) - 1 if cu_seqlens is not None else q.shape[0]
     if cp_context is not None:
-        raise NotImplementedError(
-            f"`cp_context` was given ({type(cp_context).__name__}), but multi-GPU context parallel is not "
-            f"implemented yet in triton-kda; pass cp_context=None."
-        )
+        cu_seqlens, cu_seqlens_cpu, n_states = _check_cp_context(cp_context, q, initial_state, output_final_state,
+                                                                 cu_seqlens, cu_seqlens_cpu)
     if use_graph:
         raise NotImplementedError(
             "`use_graph=True` (a fixed-shape varlen chunk list for CUDA-graph capture, sized by `max_num_seqs`) "
@@ -315,8 +399,8 @@ def validate_chunk_kda(
         raise ValueError(f"`max_num_seqs` is only meaningful with `use_graph=True`, got max_num_seqs={max_num_seqs} "
                          f"with use_graph=False; pass max_num_seqs=None.")
 
-    _check_fla_order(q, k, v, g, beta, initial_state, cu_seqlens, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-                     allow_neg_eigval, safe_gate, lower_bound, kwargs)
+    _check_fla_order(q, k, v, g, beta, initial_state, cu_seqlens, n_states, use_gate_in_kernel,
+                     use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, lower_bound, kwargs)
 
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -325,7 +409,7 @@ def validate_chunk_kda(
     _check_dtypes_and_devices(q, k, v, g, beta, initial_state, cu_seqlens)
     N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
     if initial_state is not None:
-        _check_initial_state(initial_state, N, HV, K, V, state_v_first)
+        _check_initial_state(initial_state, n_states, HV, K, V, state_v_first)
     if lower_bound is not None:
         _check_lower_bound(lower_bound)
     A_log, dt_bias = (kwargs.get("A_log"), kwargs.get("dt_bias")) if use_gate_in_kernel else (None, None)
@@ -341,8 +425,12 @@ def validate_chunk_kda(
         if cu_seqlens_cpu is not None:
             raise ValueError("`cu_seqlens_cpu` was given without `cu_seqlens`; pass both or neither.")
         seqlens_cpu = None
+    elif _traced(cu_seqlens) or (cu_seqlens_cpu is not None and _traced(cu_seqlens_cpu)):
+        # the values cannot be read while tracing: the op checks them when it runs, before any launch
+        _check_seqlens_cpu(cu_seqlens, cu_seqlens_cpu)
+        seqlens_cpu = None
     else:
-        seqlens_cpu = _seqlens_on_cpu(cu_seqlens, cu_seqlens_cpu, T)
+        seqlens_cpu = seqlens_on_cpu(cu_seqlens, cu_seqlens_cpu, T)
     if scale is None:
         scale_value = K ** -0.5
     else:
@@ -352,3 +440,278 @@ def validate_chunk_kda(
     return KDAProblem(B=B, T=T, H=H, HV=HV, K=K, V=V, N=N, chunk_size=kwargs.get("chunk_size", 64),
                       scale=scale_value, A_log=A_log, dt_bias=dt_bias, state_v_first=state_v_first,
                       seqlens_cpu=seqlens_cpu)
+
+
+# ---------------------------------------------------------------- fused_recurrent_kda and state pools
+
+_RECURRENT_EXTRA_KWARGS = ("ssm_state_indices", "num_accepted_tokens", "inplace_final_state", "cu_seqlens_cpu", "out",
+                           "check_indices", "transpose_state_layout")
+
+
+class RecurrentProblem(NamedTuple):
+    """The resolved sizes and options of one ``fused_recurrent_kda`` call.
+
+    B, T, H, HV, K, V, N, scale, A_log, dt_bias, state_v_first: as in `KDAProblem`.
+    num_slots: ``initial_state.shape[0]`` (the pool's slot count with ``ssm_state_indices``, else N); 0 without
+        an initial state.
+    seqlens_cpu: int64 CPU copy of checked sequence boundaries ``[N + 1]``, or None (fixed length, or varlen whose
+        boundaries were left unchecked: ``check_indices=False`` or CUDA-graph capture, without ``cu_seqlens_cpu``).
+    requires_grad: grad mode is on and an input requires grad (the call goes through autograd).
+    """
+
+    B: int
+    T: int
+    H: int
+    HV: int
+    K: int
+    V: int
+    N: int
+    scale: float
+    A_log: torch.Tensor | None
+    dt_bias: torch.Tensor | None
+    state_v_first: bool
+    num_slots: int
+    seqlens_cpu: torch.Tensor | None
+    requires_grad: bool
+
+
+def _state_dims(state_v_first: bool, lead: str = "N") -> str:
+    return f"[{lead}, HV, V, K] (state_v_first=True)" if state_v_first else f"[{lead}, HV, K, V]"
+
+
+def check_pool(pool: torch.Tensor, HV: int, K: int, V: int, state_v_first: bool, device: torch.device) -> None:
+    """A state pool: fp32 ``[num_slots, HV, K, V]`` (``[num_slots, HV, V, K]`` with state_v_first) on `device`,
+    its last three dims contiguous (it is read and written in place at any slot stride)."""
+    inner = (HV, V, K) if state_v_first else (HV, K, V)
+    dims = _state_dims(state_v_first, "num_slots")
+    if pool.dtype != torch.float32:
+        raise TypeError(f"`initial_state` (the state pool) must be float32, got {pool.dtype} ({_describe(pool)}).")
+    if tuple(pool.shape[1:]) != inner or pool.shape[0] < 1:
+        raise ValueError(f"`initial_state` (the state pool) must have shape {dims} with HV={HV}, K={K}, V={V} and "
+                         f"num_slots >= 1, got {list(pool.shape)}.")
+    if pool.stride()[1:] != (inner[1] * inner[2], inner[2], 1):
+        raise ValueError(f"`initial_state` (the state pool, updated in place) must be contiguous in its last three "
+                         f"dims (any slot stride), got strides {list(pool.stride())} for shape {list(pool.shape)}.")
+    if pool.device != device:
+        raise ValueError(f"`initial_state` must be on q's device {device}, got device {pool.device}.")
+
+
+def check_state_indices(indices: Any, N: int, device: torch.device, allow_per_token: bool) -> None:
+    """``ssm_state_indices``: int32/int64 ``[N]`` (or ``[N, S]`` per token when `allow_per_token`) on `device`."""
+    dims = "[N] or [N, S]" if allow_per_token else "[N]"
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError(f"`ssm_state_indices` must be a torch.Tensor of shape {dims}, got {type(indices).__name__}.")
+    if indices.dtype not in _INDEX_DTYPES:
+        raise TypeError(f"`ssm_state_indices` must be int32 or int64, got {indices.dtype}.")
+    if indices.ndim not in ((1, 2) if allow_per_token else (1,)):
+        raise ValueError(f"`ssm_state_indices` must have shape {dims}, got {indices.ndim}-D ({_describe(indices)}).")
+    if indices.shape[0] != N or (indices.ndim == 2 and indices.shape[1] < 1):
+        raise ValueError(f"`ssm_state_indices` must have shape {dims} with one row per sequence (N={N}) and S >= 1, "
+                         f"got {list(indices.shape)}.")
+    if indices.device != device:
+        raise ValueError(f"`ssm_state_indices` must be on q's device {device}, got device {indices.device}.")
+
+
+def check_slot_contents(indices: torch.Tensor, num_accepted: torch.Tensor | None, lengths: torch.Tensor | None,
+                        num_slots: int, per_token_writes: bool) -> None:
+    """Host check of the slots a call reads and writes (copies the indices to the host when they are elsewhere).
+
+    indices ``[N]`` (sequence n reads and writes slot indices[n]) or ``[N, S]`` (sequence n reads slot
+    ``indices[n, num_accepted[n] - 1]``, column 0 without num_accepted, and with `per_token_writes` writes the state
+    after its token t to slot ``indices[n, t]``, so it needs S >= its length). lengths: ``[N]`` int64 tokens per
+    sequence (needed with `per_token_writes`). A sequence whose read entry is negative is padding and uses no slot;
+    a negative write entry skips that token's write. Every used entry must be below `num_slots`, and no slot may be
+    used by two sequences (their programs run concurrently)."""
+    idx = indices.to("cpu", torch.int64)
+    N = idx.shape[0]
+    if idx.ndim == 1:
+        used, mask = idx[:, None], (idx >= 0)[:, None]
+    else:
+        S = idx.shape[1]
+        col = torch.zeros(N, dtype=torch.int64)
+        if num_accepted is not None:
+            acc = num_accepted.to("cpu", torch.int64)
+            bad = ((acc < 1) | (acc > S)).nonzero()
+            if bad.numel():
+                n = int(bad[0, 0])
+                raise ValueError(f"`num_accepted_tokens` must be in [1, S={S}] (sequence n starts from slot "
+                                 f"ssm_state_indices[n, num_accepted_tokens[n] - 1]), got num_accepted_tokens[{n}]="
+                                 f"{int(acc[n])}.")
+            col = acc - 1
+        cols = torch.arange(S)
+        mask = cols[None, :] == col[:, None]
+        if per_token_writes:
+            long = (lengths > S).nonzero()
+            if long.numel():
+                n = int(long[0, 0])
+                raise ValueError(f"sequence {n} has {int(lengths[n])} tokens but `ssm_state_indices` has S={S} "
+                                 f"columns; with inplace_final_state the state after token t is written to slot "
+                                 f"ssm_state_indices[n, t], so S must be at least the longest sequence.")
+            mask = mask | (cols[None, :] < lengths[:, None])
+        read = idx.gather(1, col[:, None])
+        used, mask = idx, mask & (read >= 0) & (idx >= 0)
+    over = (mask & (used >= num_slots)).nonzero()
+    if over.numel():
+        at = tuple(int(i) for i in over[0]) if idx.ndim == 2 else (int(over[0, 0]),)
+        raise ValueError(f"`ssm_state_indices`{list(at)} = {int(idx[at])} is out of range for a pool of {num_slots} "
+                         f"slots: entries must be in [0, {num_slots}) (negative entries mark padding).")
+    seq = torch.arange(N)[:, None].expand_as(used)[mask]
+    pairs = torch.unique(torch.stack([used[mask], seq]), dim=1)
+    slots, counts = torch.unique(pairs[0], return_counts=True)
+    if (counts > 1).any():
+        slot = int(slots[counts > 1][0])
+        owners = pairs[1][pairs[0] == slot].tolist()
+        raise ValueError(f"`ssm_state_indices` gives slot {slot} to sequences {owners}; live entries must be "
+                         f"distinct (a slot belongs to one sequence per call).")
+
+
+def validate_fused_recurrent_kda(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    A_log,
+    dt_bias,
+    scale,
+    initial_state: torch.Tensor | None,
+    output_final_state: bool,
+    use_qk_l2norm_in_kernel: bool,
+    use_gate_in_kernel: bool,
+    use_beta_sigmoid_in_kernel: bool,
+    allow_neg_eigval: bool,
+    lower_bound: float | None,
+    state_v_first: bool,
+    cu_seqlens: torch.Tensor | None,
+    ssm_state_indices: torch.Tensor | None,
+    num_accepted_tokens: torch.Tensor | None,
+    inplace_final_state: bool,
+    cu_seqlens_cpu: torch.Tensor | None,
+    out: torch.Tensor | None,
+    check_indices: bool,
+    kwargs: dict,
+) -> RecurrentProblem:
+    """Check every argument of ``fused_recurrent_kda`` and resolve its sizes (``kwargs`` is its ``**kwargs``, whose
+    serving keywords the caller also passes by name) (same order as `validate_chunk_kda`:
+    call form, fla's checks, then dtypes, devices, states, gate parameters, scale; then the serving keywords).
+
+    With ``ssm_state_indices`` the initial_state is a pool ``[num_slots, HV, K, V]`` (see `check_pool`), else
+    ``[N, HV, K, V]``. The contents of ssm_state_indices, num_accepted_tokens and cu_seqlens are checked on the host
+    (`check_slot_contents`, `seqlens_on_cpu`) when ``check_indices`` is True and no CUDA graph is being captured;
+    cu_seqlens also whenever that costs no device sync (cu_seqlens_cpu given) or a backward may follow.
+    """
+    flags = {
+        "output_final_state": output_final_state, "use_qk_l2norm_in_kernel": use_qk_l2norm_in_kernel,
+        "use_gate_in_kernel": use_gate_in_kernel, "use_beta_sigmoid_in_kernel": use_beta_sigmoid_in_kernel,
+        "allow_neg_eigval": allow_neg_eigval, "state_v_first": state_v_first,
+        "inplace_final_state": inplace_final_state, "check_indices": check_indices,
+    }
+    _check_call_form(q, k, v, g, beta, initial_state, cu_seqlens, flags, kwargs, fn="fused_recurrent_kda",
+                     extra=_RECURRENT_EXTRA_KWARGS)
+    state_v_first = _fold_transpose_state_layout(kwargs, state_v_first)
+    pool = ssm_state_indices is not None
+    n_states = len(cu_seqlens) - 1 if cu_seqlens is not None else q.shape[0]
+    _check_fla_order(q, k, v, g, beta, None if pool else initial_state, cu_seqlens, n_states, use_gate_in_kernel,
+                     use_beta_sigmoid_in_kernel, allow_neg_eigval, False, lower_bound, {"A_log": A_log})
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if v.shape[:2] != q.shape[:2]:
+        raise ValueError(f"`v` must have shape [B, T, HV, V] with q's B={B} and T={T}, got {list(v.shape)}.")
+    _check_dtypes_and_devices(q, k, v, g, beta, initial_state, cu_seqlens)
+    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    if initial_state is not None:
+        if not pool:
+            _check_initial_state(initial_state, N, HV, K, V, state_v_first)
+        if pool or inplace_final_state:
+            check_pool(initial_state, HV, K, V, state_v_first, q.device)
+    if lower_bound is not None:
+        _check_lower_bound(lower_bound)
+    A_log, dt_bias = (A_log, dt_bias) if use_gate_in_kernel else (None, None)
+    _check_gate_params(A_log, dt_bias, HV, K, q.device)
+    if scale is None:
+        scale_value = K ** -0.5
+    else:
+        scale_value = _real_number("scale", scale, allow_tensor=True)
+        if not math.isfinite(scale_value) or scale_value == 0.0:
+            raise ValueError(f"`scale` must be finite and non-zero, got {scale_value}.")
+
+    if inplace_final_state and initial_state is None:
+        raise ValueError("`inplace_final_state=True` writes the final states into `initial_state` (the state pool), "
+                         "got initial_state=None.")
+    if pool:
+        if initial_state is None:
+            raise ValueError("`ssm_state_indices` names slots of the state pool `initial_state` "
+                             "[num_slots, HV, K, V], got initial_state=None.")
+        check_state_indices(ssm_state_indices, N, q.device, allow_per_token=True)
+    per_token = pool and ssm_state_indices.ndim == 2
+    if num_accepted_tokens is not None:
+        if not per_token:
+            raise ValueError("`num_accepted_tokens` selects the column of per-token `ssm_state_indices` [N, S] each "
+                             "sequence starts from; pass ssm_state_indices of shape [N, S].")
+        if not isinstance(num_accepted_tokens, torch.Tensor):
+            raise TypeError(f"`num_accepted_tokens` must be a torch.Tensor of shape [N], got "
+                            f"{type(num_accepted_tokens).__name__}.")
+        if num_accepted_tokens.dtype not in _INDEX_DTYPES:
+            raise TypeError(f"`num_accepted_tokens` must be int32 or int64, got {num_accepted_tokens.dtype}.")
+        if tuple(num_accepted_tokens.shape) != (N,):
+            raise ValueError(f"`num_accepted_tokens` must have shape [N]=[{N}], got "
+                             f"{list(num_accepted_tokens.shape)}.")
+        if num_accepted_tokens.device != q.device:
+            raise ValueError(f"`num_accepted_tokens` must be on q's device {q.device}, got device "
+                             f"{num_accepted_tokens.device}.")
+    if per_token and inplace_final_state and cu_seqlens is None and T > ssm_state_indices.shape[1]:
+        raise ValueError(f"`ssm_state_indices` has S={ssm_state_indices.shape[1]} columns but each sequence has "
+                         f"T={T} tokens; with inplace_final_state the state after token t is written to slot "
+                         f"ssm_state_indices[n, t], so S must be at least T.")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"`out` must be a torch.Tensor of shape [B, T, HV, V], got {type(out).__name__}.")
+        if out.shape != v.shape or out.dtype != q.dtype or out.device != q.device or not out.is_contiguous():
+            raise ValueError(f"`out` must be a contiguous tensor of v's shape {list(v.shape)}, q's dtype {q.dtype} "
+                             f"on q's device {q.device}, got {_describe(out)} (contiguous: {out.is_contiguous()}).")
+    if cu_seqlens is None and cu_seqlens_cpu is not None:
+        raise ValueError("`cu_seqlens_cpu` was given without `cu_seqlens`; pass both or neither.")
+
+    inputs = (q, k, v, g, beta, A_log, dt_bias, initial_state)
+    grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+    if grad and inplace_final_state:
+        raise ValueError("`inplace_final_state=True` overwrites the initial states a backward pass needs; with inputs "
+                         "that require grad pass inplace_final_state=False (the final states are then returned).")
+    if grad and out is not None:
+        raise ValueError("`out` cannot be combined with inputs that require grad; pass out=None.")
+
+    check = check_indices and not capturing(q.device)
+    seqlens_cpu = None
+    if cu_seqlens is not None and (check or grad or cu_seqlens_cpu is not None or cu_seqlens.device.type == "cpu"):
+        seqlens_cpu = seqlens_on_cpu(cu_seqlens, cu_seqlens_cpu, T)
+    if pool and check:
+        lengths = seqlens_cpu[1:] - seqlens_cpu[:-1] if seqlens_cpu is not None else torch.full((N,), T)
+        check_slot_contents(ssm_state_indices, num_accepted_tokens, lengths, initial_state.shape[0],
+                            per_token and inplace_final_state)
+    return RecurrentProblem(B=B, T=T, H=H, HV=HV, K=K, V=V, N=N, scale=scale_value, A_log=A_log, dt_bias=dt_bias,
+                            state_v_first=state_v_first,
+                            num_slots=initial_state.shape[0] if initial_state is not None else 0,
+                            seqlens_cpu=seqlens_cpu, requires_grad=grad)
+
+
+def validate_state_pool(pool, ssm_state_indices, inplace_final_state, p: KDAProblem, device: torch.device) -> None:
+    """The pool keywords of ``chunk_kda`` (prefill into a state pool), after `validate_chunk_kda` resolved `p`:
+    pool as in `check_pool`; ssm_state_indices ``[N]`` (without it the pool holds one slot per sequence, in order);
+    contents checked on the host unless a CUDA graph is being captured. The pool takes no gradient."""
+    _require_bool("inplace_final_state", inplace_final_state)
+    if pool is None:
+        raise ValueError("`ssm_state_indices` / `inplace_final_state=True` need the state pool as `initial_state` "
+                         "[num_slots, HV, K, V], got initial_state=None.")
+    _require_tensor("initial_state", pool, 4, _state_dims(p.state_v_first, "num_slots"))
+    check_pool(pool, p.HV, p.K, p.V, p.state_v_first, device)
+    if pool.requires_grad and torch.is_grad_enabled():
+        raise ValueError("the state pool `initial_state` takes no gradient in chunk_kda (its slots are read and "
+                         "written by index); pass a pool that does not require grad.")
+    if ssm_state_indices is None:
+        if pool.shape[0] != p.N:
+            raise ValueError(f"without `ssm_state_indices` the pool `initial_state` holds one slot per sequence: "
+                             f"expected {p.N} slots, got {pool.shape[0]}.")
+        return
+    check_state_indices(ssm_state_indices, p.N, device, allow_per_token=False)
+    if not capturing(ssm_state_indices.device):
+        check_slot_contents(ssm_state_indices, None, None, pool.shape[0], False)

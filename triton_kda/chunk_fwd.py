@@ -6,11 +6,13 @@ import math
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 import triton
 
 from triton_kda.configs import (
     _kpad,
     arch_of,
+    capturing,
     intra_candidates,
     intra_config,
     precision_of,
@@ -51,11 +53,30 @@ def _varlen_plan(seqlens: tuple, BT: int, device: torch.device) -> ChunkPlan:
                      offs.to(device, non_blocking=True), len(seqlens), int(nts.sum()), seqlens)
 
 
-def plan_chunks(B: int, T: int, BT: int, device: torch.device, seqlens_cpu: torch.Tensor | None) -> ChunkPlan:
-    """Chunk plan from the CPU copy of cu_seqlens (varlen; cached by content) or from (B, T); no device sync."""
+def _device_varlen_plan(cu_seqlens: torch.Tensor, seqlens: tuple, BT: int) -> ChunkPlan:
+    """`_varlen_plan` built by device ops from the device copy of the boundaries (whose values the host copy gave
+    `seqlens`): no host-to-device copy and no sync (sizes come from the host), so it can be captured in a CUDA graph,
+    which then owns the tables."""
+    dev = cu_seqlens.device
+    cu = cu_seqlens.to(torch.int64)
+    offs = F.pad(torch.cumsum((cu[1:] - cu[:-1] + BT - 1) // BT, 0), (1, 0))
+    NT = sum((n + BT - 1) // BT for n in seqlens)
+    chunks = torch.arange(NT, device=dev, dtype=torch.int64)
+    seq = torch.searchsorted(offs[1:], chunks, right=True)
+    idx = torch.stack([seq, chunks - offs[seq]], 1).to(torch.int32)
+    return ChunkPlan(cu, idx, offs, len(seqlens), NT, seqlens)
+
+
+def plan_chunks(B: int, T: int, BT: int, device: torch.device, seqlens_cpu: torch.Tensor | None,
+                cu_seqlens: torch.Tensor | None = None) -> ChunkPlan:
+    """Chunk plan from the CPU copy of cu_seqlens (varlen; cached by content) or from (B, T); no device sync.
+    During CUDA-graph capture a varlen plan is built on the device from `cu_seqlens` (the device copy) instead of
+    being copied from the host (a cached host plan could be freed while the graph still reads it)."""
     if seqlens_cpu is not None:
-        lens = (seqlens_cpu[1:] - seqlens_cpu[:-1]).tolist()
-        return _varlen_plan(tuple(lens), BT, device)
+        lens = tuple((seqlens_cpu[1:] - seqlens_cpu[:-1]).tolist())
+        if cu_seqlens is not None and capturing(device):
+            return _device_varlen_plan(cu_seqlens, lens, BT)
+        return _varlen_plan(lens, BT, device)
     nt = triton.cdiv(T, BT)
     ar = torch.arange(B * nt, device=device, dtype=torch.int32)
     return ChunkPlan(
@@ -132,6 +153,29 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, B
     return out
 
 
+def intra_stage(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, BT: int, flags: dict, *,
+                store_aux: bool) -> IntraOut:
+    """`intra_fwd` on [B, T, ...] inputs (flattened here), A_log / dt_bias in any shape, with chunk_kda's flags."""
+    return intra_fwd(q.flatten(0, 1).contiguous(), k.flatten(0, 1).contiguous(), v.flatten(0, 1).contiguous(),
+                     g.flatten(0, 1).contiguous(), beta.flatten(0, 1).contiguous(),
+                     A_log.reshape(-1) if A_log is not None else None,
+                     dt_bias.reshape(-1) if dt_bias is not None else None,
+                     scale, plan, BT, use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"],
+                     use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
+                     use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
+                     allow_neg_eigval=flags["allow_neg_eigval"], store_aux=store_aux)
+
+
+def saved_intermediates(intra: IntraOut, st: StateOut, *, keep: bool, grad: bool) -> tuple:
+    """What a forward saves for its backward: every intermediate with `keep` (disable_recompute; then h and v_new
+    last), else, where a backward can follow, what its recompute starts from (Aqk, the row norms, beta, Akk)."""
+    if keep:
+        return (*intra, st.h, st.v_new)
+    if grad:
+        return (intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk)
+    return ()
+
+
 def wy_recompute(q, k, v, g, A_log, dt_bias, Aqk, rstd_q, rstd_k, beta_act, Akk, scale: float, plan: ChunkPlan,
                  BT: int, *, use_gate_in_kernel: bool, lower_bound: float | None) -> IntraOut:
     """The backward's recompute of `intra_fwd`'s outputs from what the forward saved (Aqk, rstd_q, rstd_k, beta_act,
@@ -163,7 +207,7 @@ def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, 
     arch = arch_of(dev)
     o = torch.empty(TT, HV, V, device=dev, dtype=dt)
     # intra-card CP: long sequences run as pieces, each from its start state (state_cp.py)
-    pieces = plan_pieces(plan.lens, BT, HV, K, V, intra.w.element_size(), dev)
+    pieces = plan_pieces(plan.lens, BT, HV, K, V, intra.w.element_size(), dev, seqs=plan)
     runs, h0 = plan, initial_state
     if pieces is not None:
         h0 = cp_initial_states(intra.kg, intra.w, intra.u, intra.gl, initial_state, plan, pieces, BT,

@@ -119,6 +119,12 @@ def arch_of(device: torch.device) -> int:
     return device_arch(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def capturing(device: torch.device) -> bool:
+    """Whether work for `device` is being captured into a CUDA graph (a host-side query, no sync): plans are then
+    built on the device from tensors already there, never copied from the host."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def _kpad(K: int, arch: int) -> int:
     """Tile width covering a head dim of K: a power of two, at least 16 in the interpreter and 32 on GPUs (16-wide
     K or V tiles gave illegal addresses and wrong outputs in bf16/fp16 products on sm_90, triton 3.6, NOTES.md)."""
@@ -220,6 +226,58 @@ def cp_config(arch: int, K: int, V: int, elem_size: int) -> CPConfig:
     # spill at 4 warps or with [256, 32] states, not at 8 warps with the blocks below
     return CPConfig(BC=BC, num_warps=8, num_stages=1, chain_BV=32 if BK <= 128 else 16, chain_BKC=32,
                     chain_warps=8)
+
+
+@dataclass(frozen=True)
+class RecurrentConfig:
+    BV: int        # V block per program of the token recurrence: the program holds a [K, BV] fp32 state
+    num_warps: int
+
+
+@dataclass(frozen=True)
+class RecurrentBwdConfig:
+    BV: int        # V block per program of the reverse pass (holds the state and its gradient)
+    C: int         # tokens between the state checkpoints the reverse pass replays from
+    num_warps: int
+    input_warps: int  # of the kernel that turns the reverse pass's partial sums into input gradients
+
+
+def recurrent_fwd_config(arch: int, K: int, V: int, heads: int, sms: int) -> RecurrentConfig:
+    """The decode / token-recurrence forward (recurrent.py): one program per (sequence, v-head, V block) reads and
+    writes each state element once, so the launch is memory-bound; ``heads`` = N * HV, ``sms`` the GPU's SM count.
+    32-wide blocks when they give at least two programs per SM, else 16-wide ones (more programs in flight for
+    small batches). sm_90 ptxas (triton 3.7), K = V = 128: 96 registers at BV 32, 74 at BV 16, no spills. Not
+    timed on a GPU yet: `benchmarks/decode_check.py` sweeps the alternatives."""
+    if arch == 0:
+        return RecurrentConfig(BV=min(16, triton.next_power_of_2(V)), num_warps=4)
+    BK = _kpad(K, arch)
+    BV = 32 if heads * triton.cdiv(V, 32) >= 2 * sms else 16
+    return RecurrentConfig(BV=min(BV, triton.next_power_of_2(V)), num_warps=4 if BK <= 128 else 8)
+
+
+def recurrent_fwd_candidates(arch: int, K: int, V: int) -> list[RecurrentConfig]:
+    """Alternatives to `recurrent_fwd_config` that `benchmarks/decode_check.py` times (not TRITON_KDA_AUTOTUNE:
+    timing a launch that updates a state pool in place would apply the update once per trial)."""
+    vp = triton.next_power_of_2(V)
+    pairs = ((8, 1), (16, 1), (16, 2), (16, 4), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8), (128, 8))
+    return [RecurrentConfig(BV=bv, num_warps=w) for bv, w in pairs if bv <= vp]
+
+
+def recurrent_bwd_config(arch: int, K: int, V: int) -> RecurrentBwdConfig:
+    """The reverse pass of fused_recurrent_kda's backward: state, its gradient and three temporaries of [K, BV]
+    fp32 live at once, hence narrow V blocks. C = 8 replays 3.5 steps per token on average and keeps one
+    checkpoint per 8 tokens; the interpreter uses C = 4 so that small tests cross several checkpoints."""
+    if arch == 0:
+        return RecurrentBwdConfig(BV=min(16, triton.next_power_of_2(V)), C=4, num_warps=4, input_warps=4)
+    BK = _kpad(K, arch)
+    # sm_90 ptxas (triton 3.7): 213 registers at K = 128 and 4 warps, 210 at K = 256 and 8 warps, no spills
+    return RecurrentBwdConfig(BV=min(16, triton.next_power_of_2(V)), C=8, num_warps=4 if BK <= 128 else 8,
+                              input_warps=4)
+
+
+def pool_copy_config(arch: int) -> tuple[int, int]:
+    """(BLOCK, num_warps) of the state-pool gather/scatter copies (pool.py): BLOCK elements per program."""
+    return (256, 4) if arch == 0 else (2048, 4)
 
 
 class CompileSpec(NamedTuple):
@@ -356,7 +414,72 @@ def compile_specs(arch: int) -> list[CompileSpec]:
             sig = {"x": f"*{ty}", "dx_part": "*fp32", "dx": f"*{ty}", "TT": "i32"}
             ce = dict(H=4, G=2, K=K, BT=32, BK=_kpad(K, arch), USE_L2NORM=True)
             specs.append(CompileSpec(f"qk_bwd K{K} {dname}", _kda_qk_bwd_kernel, sig, ce, 4, 1))
-    return specs + fmha_compile_specs(arch)
+            specs += _recurrent_specs(arch, K, V, dname, ty)
+    return specs + _pool_specs(arch) + fmha_compile_specs(arch)
+
+
+def _recurrent_specs(arch: int, K: int, V: int, dname: str, ty: str) -> list[CompileSpec]:
+    """The fused_recurrent_kda kernels (recurrent.py) of one (K, V, dtype): the forward with each V block the table
+    picks (a small and a large batch), in its serving form (pool, per-token indices, accepted counts, in place), the
+    reverse pass and the input-gradient kernel."""
+    from triton_kda.recurrent import (
+        _kda_recurrent_bwd_kernel,
+        _kda_recurrent_fwd_kernel,
+        _kda_recurrent_input_bwd_kernel,
+    )
+
+    BK = _kpad(K, arch)
+    flags = dict(H=4, HV=8, K=K, V=V, BK=BK, USE_L2NORM=True, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True,
+                 BETA_SIGMOID=True, BETA_SCALE=1.0)
+    tables = {"cu_seqlens": "*i64", "indices": "*i32", "num_accepted": "*i32"}
+    ints = {n: "i32" for n in ("T", "TT", "stride_h0", "s_in", "s_it", "S_cols", "num_slots")}
+    specs = []
+    for heads in (1, 1 << 20):
+        cfg = recurrent_fwd_config(arch, K, V, heads, 132)
+        sig = {n: f"*{ty}" for n in ("q", "k", "v", "g", "beta")}
+        sig.update({"A_log": "*fp32", "dt_bias": "*fp32", "h0": "*fp32", "o": f"*{ty}", "ht": "*fp32", **tables,
+                    "scale": "fp32", "lower_bound": "fp32", **ints})
+        ce = dict(flags, BV=cfg.BV, NV=triton.cdiv(V, cfg.BV), HAS_H0=True, STORE_HT=False, INPLACE=True,
+                  IS_VARLEN=True, IDX_MODE=2, HAS_ACCEPTED=True, V_FIRST=False)
+        spec = CompileSpec(f"recurrent_fwd K{K} V{V} BV{cfg.BV} {dname}", _kda_recurrent_fwd_kernel, sig, ce,
+                           cfg.num_warps, 1)
+        if spec not in specs:
+            specs.append(spec)
+    bc = recurrent_bwd_config(arch, K, V)
+    NV = triton.cdiv(V, bc.BV)
+    sig = {n: f"*{ty}" for n in ("q", "k", "v", "g", "beta")}
+    sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "h0")})
+    sig.update({"do": f"*{ty}", "dht": "*fp32", "dh0": "*fp32", "ckpt": "*fp32", "ck_offsets": "*i64", "dv": f"*{ty}"})
+    sig.update({n: "*fp32" for n in ("dq_p", "dk_p", "dg_p", "db_p")})
+    sig.update({**tables, "scale": "fp32", "lower_bound": "fp32", **ints, "stride_dh0": "i32"})
+    sig = {n: sig[n] for n in ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0", "do", "dht", "dh0", "ckpt",
+                               "ck_offsets", "dv", "dq_p", "dk_p", "dg_p", "db_p", "cu_seqlens", "indices",
+                               "num_accepted", "scale", "lower_bound", "T", "TT", "stride_h0", "stride_dh0", "s_in",
+                               "s_it", "S_cols", "num_slots")}
+    ce = dict(flags, BV=bc.BV, NV=NV, C=bc.C, HAS_H0=True, HAS_DHT=True, STORE_DH0=True, IS_VARLEN=True, IDX_MODE=0,
+              HAS_ACCEPTED=False, V_FIRST=False)
+    specs.append(CompileSpec(f"recurrent_bwd K{K} V{V} {dname}", _kda_recurrent_bwd_kernel, sig, ce, bc.num_warps, 1))
+    sig = {n: f"*{ty}" for n in ("q", "k", "g", "beta")}
+    sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "dq_p", "dk_p", "dg_p", "db_p")})
+    sig.update({"dq": f"*{ty}", "dk": f"*{ty}", "dg": "*fp32", "dbeta": f"*{ty}", "dA_p": "*fp32", "scale": "fp32",
+                "lower_bound": "fp32", "TT": "i32"})
+    ce = dict({n: v for n, v in flags.items() if n != "V"}, G=2, NV=NV)
+    specs.append(CompileSpec(f"recurrent_input_bwd K{K} {dname}", _kda_recurrent_input_bwd_kernel, sig, ce,
+                             bc.input_warps, 1))
+    return specs
+
+
+def _pool_specs(arch: int) -> list[CompileSpec]:
+    """The state-pool gather and scatter of chunk_kda (pool.py), at K = V = 128 with 8 v-heads."""
+    from triton_kda.pool import _kda_pool_gather_fwd_kernel, _kda_pool_scatter_fwd_kernel
+
+    BLOCK, num_warps = pool_copy_config(arch)
+    specs = []
+    for name, fn, src, dst in (("pool_gather", _kda_pool_gather_fwd_kernel, "pool", "h0"),
+                               ("pool_scatter", _kda_pool_scatter_fwd_kernel, "ht", "pool")):
+        sig = {src: "*fp32", "indices": "*i32", dst: "*fp32", "stride_pool": "i32", "num_slots": "i32"}
+        specs.append(CompileSpec(name, fn, sig, dict(KV=8 * 128 * 128, BLOCK=BLOCK), num_warps, 1))
+    return specs
 
 
 def _cp_specs(arch: int, K: int, V: int, BT: int, dname: str, ty: str, is_bf16: bool, prec: str,

@@ -152,12 +152,12 @@ def _gate_tile(g, bos, T, t0, i_hv, i_k, HV: tl.constexpr, K: tl.constexpr, BT: 
 @triton.jit
 def _gate_input_of(b_g, A_log, dt_bias, i_hv, i_k, K: tl.constexpr, BK: tl.constexpr, HAS_A_LOG: tl.constexpr,
                    HAS_DT_BIAS: tl.constexpr):
-    """(x, a) from the raw gate tile b_g of K slice i_k: x = b_g + dt_bias [BT, BK] fp32 and a = exp(A_log[i_hv])
-    (1 without A_log): the arguments of `kda_gate_act` and `kda_gate_act_bwd`."""
+    """(x, a) from the raw gate tile b_g of K slice i_k ([BT, BK], or one row [BK]): x = b_g + dt_bias fp32 and
+    a = exp(A_log[i_hv]) (1 without A_log): the arguments of `kda_gate_act` and `kda_gate_act_bwd`."""
     b_x = b_g.to(tl.float32)
     if HAS_DT_BIAS:
         o_k = i_k * BK + tl.arange(0, BK)
-        b_x += tl.load(dt_bias + i_hv * K + o_k, mask=o_k < K, other=0.0).to(tl.float32)[None, :]
+        b_x += tl.load(dt_bias + i_hv * K + o_k, mask=o_k < K, other=0.0).to(tl.float32)
     if HAS_A_LOG:
         a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
     else:

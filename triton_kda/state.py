@@ -142,7 +142,7 @@ def state_bwd(qg, kg, w, Aqk, gl, do, dht, plan, BT: int, V: int, *, want_dh0: b
     dh = torch.empty(plan.NT, HV, K, V, device=dev, dtype=grad_state_dtype(w.dtype))
     dv_new = torch.empty(TT, HV, V, device=dev, dtype=torch.float32)
     # intra-card CP: long sequences run as pieces, each from the gradient of its end state (state_cp.py)
-    pieces = plan_pieces(plan.lens, BT, HV, K, V, w.element_size(), dev)
+    pieces = plan_pieces(plan.lens, BT, HV, K, V, w.element_size(), dev, seqs=plan)
     runs = plan
     if pieces is not None:
         dht = cp_end_gradients(qg, kg, w, Aqk, gl, do, dht, plan, pieces, BT, state_v_first=state_v_first, prec=prec)

@@ -25,10 +25,11 @@ import os
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from triton_kda.configs import _kpad, arch_of, cp_config, sm_count, state_config
+from triton_kda.configs import _kpad, arch_of, capturing, cp_config, sm_count, state_config
 from triton_kda.intra import _finite_or_zero, _op, _state_offsets
 
 ENV_MODE = "TRITON_KDA_INTRACARD_CP"
@@ -151,17 +152,48 @@ def piece_chunks(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int, 
                          triton.cdiv(V, BC), sm_count(device) * _PROGRAMS_PER_SM, mode, int(forced_env or 0))
 
 
-def plan_pieces(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int,
-                device: torch.device) -> PiecePlan | None:
+def _device_piece_plan(seqs, lens: tuple, BT: int, L: int) -> PiecePlan:
+    """`_piece_plan` built by device ops from the sequences' chunk plan `seqs` (a `ChunkPlan` on the device; `lens`
+    its host token counts give the sizes): no host-to-device copy and no sync, so it can be captured in a CUDA graph,
+    which then owns the tables."""
+    dev = seqs.cu_seqlens.device
+    nc_host = [(n + BT - 1) // BT for n in lens]
+    N, P = len(lens), sum(max(1, (c + L - 1) // L) for c in nc_host)
+    seq_bos, seq_chunk = seqs.cu_seqlens[:-1], seqs.chunk_offsets[:-1]
+    seq_len, nc = seqs.cu_seqlens[1:] - seq_bos, seqs.chunk_offsets[1:] - seq_chunk
+    pieces = torch.clamp((nc + L - 1) // L, min=1)
+    seq_pieces = F.pad(torch.cumsum(pieces, 0), (1, 0))
+    ar = torch.arange(P, device=dev, dtype=torch.int64)
+    seq = torch.searchsorted(seq_pieces[1:], ar, right=True)
+    local = ar - seq_pieces[seq]
+    cu = torch.cat([seq_bos[seq] + torch.minimum(local * L * BT, seq_len[seq]), seqs.cu_seqlens[-1:]])
+    offs = torch.cat([seq_chunk[seq] + torch.minimum(local * L, nc[seq]), seqs.chunk_offsets[-1:]])
+    # map j of sequence n is its piece j - maps_before[n] (forward: every piece but the last; backward: but the first)
+    maps_before = F.pad(torch.cumsum(pieces - 1, 0), (1, 0))
+    j = torch.arange(P - N, device=dev, dtype=torch.int64)
+    n = torch.searchsorted(maps_before[1:], j, right=True)
+    fwd_maps = seq_pieces[n] + j - maps_before[n]
+    i32 = torch.int32
+    return PiecePlan(cu, offs, seq.to(i32), seq_pieces, fwd_maps.to(i32), (fwd_maps + 1).to(i32), seq_pieces[:-1],
+                     seq_pieces[1:] - 1, P, P - N)
+
+
+def plan_pieces(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int, device: torch.device,
+                seqs=None) -> PiecePlan | None:
     """Piece plan for one call, or None where the serial path runs (no sequence split).
 
     lens: token count of each sequence (host ints); elem_size: bytes per element of the intermediates (2 or 4), which
     picks the launch blocks the cost model counts. `TRITON_KDA_INTRACARD_CP`
     = `auto` (default: split where the cost model predicts a gain), `0` (never), `1` (always, wherever a sequence is
     longer than one piece); `TRITON_KDA_INTRACARD_CP_CHUNKS` = n fixes the piece length to n chunks. Never syncs
-    with the device (the SM count is read once per device)."""
+    with the device (the SM count is read once per device). seqs: the sequences' `ChunkPlan`; during CUDA-graph
+    capture the tables are built from it on the device instead of copied from the host."""
     L = piece_chunks(lens, BT, HV, K, V, elem_size, device)
-    return _piece_plan(lens, BT, L, device) if L else None
+    if not L:
+        return None
+    if seqs is not None and capturing(device):
+        return _device_piece_plan(seqs, lens, BT, L)
+    return _piece_plan(lens, BT, L, device)
 
 
 @triton.jit

@@ -78,8 +78,8 @@ class CheckConfig:
 
 def quick_grid() -> list[CheckConfig]:
     """A dozen tiny configurations (T <= 80, K, V in {16, 32}) covering every shape class, gate mode and flag once;
-    fp32 plus two fp16 configs. Sized to run forward and backward through the Triton interpreter in minutes on 2
-    cores."""
+    fp32 plus two fp16 configs, and two decode configs (sequences of a few tokens). Sized to run forward and
+    backward through the Triton interpreter in minutes on 2 cores."""
     ht = dict(initial_state=True, output_final_state=True)
     return [
         CheckConfig(1, 64, 1, 1, 16, 16),
@@ -96,12 +96,16 @@ def quick_grid() -> list[CheckConfig]:
         CheckConfig(1, 64, 1, 1, 16, 16, dtype="fp16", **ht),
         CheckConfig(1, 45, 1, 2, 16, 16, dtype="fp16", seqlens=(30, 15), use_qk_l2norm_in_kernel=True,
                     use_gate_in_kernel=True, lower_bound=-5.0, safe_gate=True, output_final_state=True),
+        # decode rows (fused_recurrent_kda too): one token per sequence, and a varlen multi-token step
+        CheckConfig(3, 1, 1, 2, 16, 16, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, lower_bound=-5.0,
+                    use_beta_sigmoid_in_kernel=True, **ht),
+        CheckConfig(1, 6, 1, 2, 16, 32, seqlens=(1, 3, 0, 2), state_v_first=True, **ht),
     ]
 
 
 def full_grid(dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")) -> list[CheckConfig]:
     """GPU-sized grid: K = V = 64/128, T around and well past the chunk, GVA, ragged varlen with an empty
-    sequence, every flag, both chunk sizes, each in every dtype of `dtypes`."""
+    sequence, every flag, both chunk sizes, three decode configs, each in every dtype of `dtypes`."""
     lb = dict(use_gate_in_kernel=True, lower_bound=-5.0, safe_gate=True)
     ht = dict(initial_state=True, output_final_state=True)
     seqlens = (1, 300, 0, 64, 700)
@@ -123,5 +127,10 @@ def full_grid(dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")) -> list[CheckC
         CheckConfig(1, sum(seqlens), 2, 8, 128, 128, seqlens=seqlens, use_qk_l2norm_in_kernel=True,
                     use_beta_sigmoid_in_kernel=True, chunk_size=32, **lb, **ht),
         CheckConfig(2, 1000, 4, 4, 256, 128, gate="strong", **ht),
+        # decode rows (fused_recurrent_kda too): Kimi Linear's decode step, a GVA multi-token step, varlen
+        CheckConfig(64, 1, 32, 32, 128, 128, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, lower_bound=-5.0,
+                    use_beta_sigmoid_in_kernel=True, **ht),
+        CheckConfig(4, 8, 2, 4, 128, 128, **ht),
+        CheckConfig(1, 13, 2, 4, 128, 128, seqlens=(1, 4, 0, 8), use_gate_in_kernel=True, state_v_first=True, **ht),
     ]
     return [replace(c, dtype=d) for d in dtypes for c in base]

@@ -1,5 +1,8 @@
 """Run one `CheckConfig` on every backend and compare each output and gradient with the fp64 oracle.
 
+Backends: our `chunk_kda` on every config; on decode configs (`is_decode`: sequences of at most DECODE_MAX_T tokens)
+also our `fused_recurrent_kda` (forward and backward) and, forward only, the same through a state pool updated in
+place (`recurrent_pool_kda`) and, on a GPU with fla, fla's `fused_recurrent_kda` (bf16, informational).
 The oracle is `reference.kda.kda_recurrent` on fp64 copies of the same random inputs; gradients come from autograd
 through it with the same random upstream gradients (do, dht) the backend receives, rounded as it receives them.
 Every compared tensor becomes one `Row`; a backend that raises, returns NaN/Inf or a wrong shape gives failed rows
@@ -21,11 +24,11 @@ from cuda_fast import BackendDeclined, registered
 from cuda_fast.registry import cuda_capability
 from reference.harness import make_inputs, max_abs, rel_rmse
 from reference.kda import kda_recurrent
-from triton_kda import chunk_kda
+from triton_kda import chunk_kda, fused_recurrent_kda
 from triton_kda.check.grid import CheckConfig
 
-__all__ = ["Backend", "Row", "available_backends", "check_config", "failed_rows", "fla_sample", "threshold",
-           "upstream_grads"]
+__all__ = ["DECODE_MAX_T", "Backend", "Row", "available_backends", "check_config", "failed_rows", "fla_sample",
+           "is_decode", "recurrent_kda", "recurrent_pool_kda", "threshold", "upstream_grads"]
 
 # chunk_kda input -> name of its gradient in the table
 GRAD_NAMES = {
@@ -41,6 +44,10 @@ _HALF_THRESHOLDS = {
 }
 _FP32_THRESHOLD = 1e-5
 _UPSTREAM_SEED = 1234
+_POOL_SEED = 4321
+DECODE_MAX_T = 16
+# chunk_kda keywords that fused_recurrent_kda does not take
+_CHUNK_ONLY = ("safe_gate", "chunk_size")
 
 
 def threshold(tensor: str, dtype: str) -> float:
@@ -66,6 +73,7 @@ class Backend:
     informational: bool = False
     env: tuple[tuple[str, str], ...] = ()  # environment variables set while it runs forward and backward
     only: Callable[[CheckConfig], bool] | None = None  # the configs it runs (None: every one)
+    backward: bool = True  # False: forward rows only (no autograd through it)
 
 
 @dataclass(frozen=True)
@@ -84,13 +92,62 @@ class Row:
     reason: str = ""
 
 
+def is_decode(config: CheckConfig) -> bool:
+    """Sequences of at most DECODE_MAX_T tokens: the configs `fused_recurrent_kda` is checked on."""
+    return (max(config.seqlens) if config.seqlens is not None else config.T) <= DECODE_MAX_T
+
+
+def _recurrent_kwargs(kwargs: dict) -> dict:
+    return {k: v for k, v in kwargs.items() if k not in _CHUNK_ONLY}
+
+
+def recurrent_kda(**kwargs):
+    """Our `fused_recurrent_kda` on chunk_kda's keyword arguments."""
+    return fused_recurrent_kda(**_recurrent_kwargs(kwargs))
+
+
+def recurrent_pool_kda(**kwargs):
+    """Our `fused_recurrent_kda` through a state pool updated in place (forward only): the initial states are put
+    into random slots of a pool of 2N + 1 random states (zeros without initial_state), indexed by int32
+    ssm_state_indices; returns (o, the named slots after the call, or None without output_final_state)."""
+    kwargs = _recurrent_kwargs(kwargs)
+    h0, want_ht = kwargs.pop("initial_state", None), kwargs.pop("output_final_state")
+    q, v = kwargs["q"], kwargs["v"]
+    N = q.shape[0] if kwargs.get("cu_seqlens") is None else kwargs["cu_seqlens"].shape[0] - 1
+    HV, K, V = v.shape[2], q.shape[3], v.shape[3]
+    state = (HV, V, K) if kwargs["state_v_first"] else (HV, K, V)
+    gen = torch.Generator().manual_seed(_POOL_SEED)
+    slots = torch.randperm(2 * N + 1, generator=gen)[:N].to(q.device)
+    with torch.no_grad():
+        pool = torch.randn(2 * N + 1, *state, generator=gen).to(q.device)
+        pool[slots] = h0.detach() if h0 is not None else 0.0
+        o, _ = fused_recurrent_kda(**kwargs, initial_state=pool, ssm_state_indices=slots.to(torch.int32),
+                                   inplace_final_state=True)
+    return o, pool[slots] if want_ht else None
+
+
+def _fla_recurrent(**kwargs):
+    """fla's `fused_recurrent_kda` on chunk_kda's keyword arguments (forward only: it has no backward)."""
+    from fla.ops.kda import fused_recurrent_kda as fla_fused_recurrent_kda
+
+    return fla_fused_recurrent_kda(**{k: v for k, v in _recurrent_kwargs(kwargs).items() if k != "cu_seqlens_cpu"})
+
+
+def _fla_decode_sample(config: CheckConfig) -> bool:
+    return is_decode(config) and config.dtype == "bf16"
+
+
 def available_backends(device: torch.device, *, fla: bool = True, fla_all: bool = False) -> list[Backend]:
-    """Every backend that can run on `device`: our Triton `chunk_kda` always (through the interpreter on CPU); each
-    compiled backend of the `cuda_fast` registry that supports the device's compute capability (`chunk_kda` with
-    TRITON_KDA_BACKEND naming it; it gives rows only for the configs it takes); and with `fla` fla's `chunk_kda` as
-    an informational backend when fla is installed and `device` is a CUDA device, on the `fla_sample` configs unless
-    `fla_all` (fla autotunes for minutes on every new shape)."""
-    backends = [Backend("triton", chunk_kda, env=((BACKEND_ENV_VAR, "triton"),))]
+    """Every backend that can run on `device`: our Triton `chunk_kda` always (through the interpreter on CPU), and
+    on decode configs our `fused_recurrent_kda` ("recurrent") and the same through an in-place state pool
+    ("recurrent_pool", forward only); each compiled backend of the `cuda_fast` registry that supports the device's
+    compute capability (`chunk_kda` with TRITON_KDA_BACKEND naming it; it gives rows only for the configs it takes);
+    and with `fla`, when fla is installed and `device` is a CUDA device, fla's `chunk_kda` as an informational
+    backend on the `fla_sample` configs unless `fla_all` (fla autotunes for minutes on every new shape) and fla's
+    `fused_recurrent_kda` ("fla_recurrent", forward only) on the bf16 decode configs."""
+    backends = [Backend("triton", chunk_kda, env=((BACKEND_ENV_VAR, "triton"),)),
+                Backend("recurrent", recurrent_kda, only=is_decode),
+                Backend("recurrent_pool", recurrent_pool_kda, only=is_decode, backward=False)]
     capability = cuda_capability(device)
     if capability is not None:
         backends += [Backend(b.name, chunk_kda, env=((BACKEND_ENV_VAR, b.name),))
@@ -99,6 +156,8 @@ def available_backends(device: torch.device, *, fla: bool = True, fla_all: bool 
         from fla.ops.kda import chunk_kda as fla_chunk_kda
 
         backends.append(Backend("fla", fla_chunk_kda, informational=True, only=None if fla_all else fla_sample))
+        backends.append(Backend("fla_recurrent", _fla_recurrent, informational=True, only=_fla_decode_sample,
+                                backward=False))
     return backends
 
 
@@ -232,7 +291,7 @@ def _run_backend(config: CheckConfig, backend: Backend, kwargs: dict, grad_input
         return all_failed(fwd_names + bwd_names, _raised("forward", e))
     outputs = [o, ht][: len(fwd_names)]
     rows = [_compare(config, backend, n, out, refs[n]) for n, out in zip(fwd_names, outputs, strict=True)]
-    if upstream is None:
+    if upstream is None or not backend.backward:
         return rows
     if any(out is None for out in outputs):
         return rows + all_failed(bwd_names, "forward output missing")
