@@ -69,7 +69,7 @@ def ours(inputs: dict, pool: torch.Tensor, idx: torch.Tensor):
 
 
 def fla(inputs: dict, pool: torch.Tensor, idx: torch.Tensor):
-    from fla.ops.kda import fused_recurrent_kda_fwd
+    from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
 
     return fused_recurrent_kda_fwd(**inputs, initial_state=pool, ssm_state_indices=idx, inplace_final_state=True)
 

@@ -100,7 +100,7 @@ def check_spec_vs_fla(device: torch.device) -> dict:
 
             outs[name] = fused_recurrent_kda(**d, **kw)[0]
         else:
-            from fla.ops.kda import fused_recurrent_kda_fwd
+            from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
 
             outs[name] = fused_recurrent_kda_fwd(**d, **kw)[0]
     err_pool, err_o = rel_rmse(pools["triton"], pools["fla"]), rel_rmse(outs["triton"], outs["fla"])

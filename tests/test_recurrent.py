@@ -504,7 +504,7 @@ def test_half_precision_no_worse_than_fla(dtype, shape):
 def test_pool_matches_fla_speculative_step():
     """fla's fused_recurrent_kda_fwd with per-token indices and accepted counts (vLLM's call) and ours write the
     same slots with the same states and outputs."""
-    from fla.ops.kda import fused_recurrent_kda_fwd
+    from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
 
     lengths, HV = [3, 1, 2], 8
     d = make_inputs(1, sum(lengths), 4, HV, 128, 128, dtype=torch.bfloat16, device="cuda", seqlens=lengths,
