@@ -25,7 +25,7 @@ from triton_kda.check.runner import (
     threshold,
     upstream_grads,
 )
-from triton_kda.check.table import build_table, exit_code, render
+from triton_kda.check.table import build_table, compare_with_fla, exit_code, render, worse_than_fla
 from triton_kda.configs import compile_specs
 
 NAN = math.nan
@@ -108,6 +108,22 @@ def test_table_columns_status_and_render():
     text = render(df)
     assert "backward not implemented" in text and "1.00e-06" in text and " - " in text
     assert text.splitlines()[-1] == "3 rows: 1 failing the run, 1 informational failures"
+
+
+def test_vs_fla_column_flags_tensors_less_exact_than_fla():
+    rows = [
+        _row(tensor="o", rel=2e-3, thr=5e-3), _row(tensor="dq", rel=1e-3, thr=8e-3),
+        _row(backend="sm90", tensor="o", rel=4e-3, thr=5e-3), _row(config="other", tensor="o", rel=1e-3, thr=5e-3),
+        _row(backend="fla", tensor="o", rel=1e-3, thr=5e-3, info=True),
+        _row(backend="fla", tensor="dq", rel=2e-3, thr=8e-3, info=True),
+    ]
+    df = compare_with_fla(build_table(rows))
+    assert list(df["vs_fla"]) == ["2.00 worse", "0.50", "4.00 worse", "-", "-", "-"]
+    assert list(df["fla_rel_rmse"].fillna(-1)) == [1e-3, 2e-3, 1e-3, -1, -1, -1]
+    assert list(df["status"]) == ["pass"] * 4 + ["pass (info)"] * 2  # informational: no row fails for it
+    assert [(r.backend, r.tensor) for r in worse_than_fla(df).itertuples()] == [("triton", "o"), ("sm90", "o")]
+    assert render(df).splitlines()[-1] == "6 rows: 0 failing the run, 2 tensors less exact than fla"
+    assert "vs_fla" not in compare_with_fla(build_table(rows[:4]))
 
 
 def test_build_table_rejects_empty():

@@ -31,7 +31,7 @@ from triton_kda.check.baseline import compare_baseline, load_baseline, save_base
 from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
 from triton_kda.check.portability import ARCHS, WorkerStartError, check_portability, default_jobs
 from triton_kda.check.runner import Backend, Row, available_backends, check_config, failed_rows
-from triton_kda.check.table import build_table, exit_code, render, write_outputs
+from triton_kda.check.table import build_table, compare_with_fla, exit_code, render, worse_than_fla, write_outputs
 from triton_kda.configs import compile_specs
 
 __all__ = ["build_parser", "main", "parse_archs", "parse_jobs", "portability_main", "report", "run_grid"]
@@ -177,12 +177,17 @@ def run_grid(configs: list[CheckConfig], backends: list[Backend], device: torch.
 
 def report(rows: list, *, stem: str = "kda-check", out: Path | None = None, baseline: pd.DataFrame | None = None,
            save_to: Path | None = None, meta: dict | None = None) -> int:
-    """Print the table of `rows` (compared with `baseline` rows when given), write `out`/<stem>.csv/.json and the
+    """Print the table of `rows` (with fla's error beside ours where fla ran, and compared with `baseline` rows when
+    given), write `out`/<stem>.csv/.json and the
     baseline file `save_to` when given, and return the exit code (0 pass, 1 fail)."""
-    df = build_table(rows)
+    df = compare_with_fla(build_table(rows))
     if baseline is not None:
         df = compare_baseline(df, baseline)
     print(render(df))
+    worse = worse_than_fla(df)
+    if len(worse):
+        print("less exact than fla on the same inputs: " + ", ".join(
+            f"{r.config} {r.backend} {r.tensor} ({r.vs_fla.split()[0]}x)" for r in worse.itertuples()))
     if baseline is not None and df["regressed"].any():
         print("regressed against the baseline: " + ", ".join(
             f"{r.config} {r.backend} {r.tensor}" for r in df[df["regressed"]].itertuples()))

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["build_table", "exit_code", "gating_failures", "render", "with_status", "write_outputs"]
+__all__ = ["FLA_BACKENDS", "build_table", "compare_with_fla", "exit_code", "gating_failures", "render", "with_status",
+           "worse_than_fla", "write_outputs"]
 
-_FLOAT_COLUMNS = ("rel_rmse", "max_abs", "threshold", "base_rel_rmse", "base_max_abs")
+_FLOAT_COLUMNS = ("rel_rmse", "max_abs", "threshold", "base_rel_rmse", "base_max_abs", "fla_rel_rmse")
+# fla's backends, in order of preference as the reference of a (config, tensor)
+FLA_BACKENDS = ("fla", "fla_recurrent")
 
 
 def _status(row: pd.Series) -> str:
@@ -38,6 +41,40 @@ def with_status(df: pd.DataFrame) -> pd.DataFrame:
     at = df.columns.get_loc("reason") if "reason" in df else len(df.columns)
     df.insert(at, "status", status)
     return df
+
+
+def compare_with_fla(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with columns fla_rel_rmse (fla's error on the same config and tensor, same inputs) and vs_fla (our
+    rel_rmse / fla's, "worse" appended above 1) on every non-fla row that has an fla row; "-" elsewhere. `df`
+    unchanged when no fla row is present (or it is not a kda-check table). Informational: the status stays."""
+    if "backend" not in df:  # a kda-portability table
+        return df
+    fla = df[df["backend"].isin(FLA_BACKENDS)]
+    if fla.empty:
+        return df
+    rank = fla["backend"].map({b: i for i, b in enumerate(FLA_BACKENDS)})
+    ref = (fla.assign(_rank=rank).sort_values("_rank").drop_duplicates(["config", "tensor"])
+           .set_index(["config", "tensor"])["rel_rmse"])
+    theirs = [math.nan if b in FLA_BACKENDS else ref.get((c, t), math.nan)
+              for c, t, b in zip(df["config"], df["tensor"], df["backend"], strict=True)]
+    out = df.drop(columns=["fla_rel_rmse", "vs_fla"], errors="ignore").copy()
+    out["fla_rel_rmse"] = theirs
+    out["vs_fla"] = [_ratio(ours, f) for ours, f in zip(out["rel_rmse"], theirs, strict=True)]
+    return with_status(out)
+
+
+def _ratio(ours: float, theirs: float) -> str:
+    if math.isnan(ours) or math.isnan(theirs):
+        return "-"
+    r = ours / theirs if theirs > 0 else (1.0 if ours == 0 else math.inf)
+    return f"{r:.2f}" + (" worse" if r > 1 else "")
+
+
+def worse_than_fla(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of `df` (after `compare_with_fla`) whose error is above fla's on the same inputs."""
+    if "vs_fla" not in df:
+        return df.iloc[0:0]
+    return df[df["vs_fla"].str.endswith("worse")]
 
 
 def gating_failures(df: pd.DataFrame) -> pd.DataFrame:
@@ -79,7 +116,9 @@ def render(df: pd.DataFrame) -> str:
     lines = ["  ".join(parts).rstrip() for parts in zip(*columns, strict=True)]
     n_fail = len(gating_failures(df))
     n_info = int(df["status"].isin(["fail (info)", "regressed (info)"]).sum())
-    summary = f"{len(df)} rows: {n_fail} failing the run" + (f", {n_info} informational failures" if n_info else "")
+    n_worse = len(worse_than_fla(df))
+    summary = (f"{len(df)} rows: {n_fail} failing the run" + (f", {n_info} informational failures" if n_info else "")
+               + (f", {n_worse} tensors less exact than fla" if n_worse else ""))
     return "\n".join([*lines, summary])
 
 
