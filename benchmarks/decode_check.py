@@ -127,7 +127,7 @@ def check_cuda_graph(slots: int, device: torch.device) -> dict:
         static[name].copy_(fresh[name])
     graph.replay()
     o_graph = out.clone()
-    o_eager, _ = decode.ours(fresh, pool, idx)
+    o_eager, _ = decode.ours(static, pool, idx)  # the new tokens, the captured gate parameters
     torch.cuda.synchronize()
     same = bool(torch.equal(o_graph, o_eager)) and bool(torch.equal(graph_pool, pool))
     return _check("cuda-graph", same, f"replay on new inputs equals the eager step bit for bit: {same}")

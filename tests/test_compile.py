@@ -36,11 +36,13 @@ def _args(d):
 
 def _fwd_bwd(fn, d, seed=0, dynamic_T=False):
     """[o, final_state, and the gradient of every input] of fn on fresh leaves of d's tensors (their token dimension
-    marked dynamic with dynamic_T)."""
+    marked dynamic with dynamic_T, and in varlen the initial states' sequence dimension)."""
     leaves = {n: d[n].detach().requires_grad_(True) for n in GRAD_NAMES if d.get(n) is not None}
     if dynamic_T:
         for name in ("q", "k", "v", "g", "beta"):
             torch._dynamo.mark_dynamic(leaves[name], 1)
+        if d.get("cu_seqlens") is not None and "initial_state" in leaves:  # one state per sequence: N varies too
+            torch._dynamo.mark_dynamic(leaves["initial_state"], 0)
     o, ht = fn(*_args({**d, **leaves}))
     gen = torch.Generator(device=o.device).manual_seed(seed)
     do, dht = (torch.randn(t.shape, generator=gen, device=t.device).to(t.dtype) for t in (o, ht))
@@ -222,3 +224,22 @@ def test_pool_prefill_under_compile_matches_eager():
     assert torch.equal(got_pool, ref_pool)
     assert not torch.equal(got_pool[3], pool[3])
     assert torch.equal(got_pool[:3], pool[:3])
+
+
+def test_aot_eager_varlen_sequence_count_dynamic_one_compile():
+    """Boundaries and initial states marked dynamic: calls with 3 and then 4 sequences share one compiled frame and
+    equal eager bit for bit (the validation compares sizes symbolically, without specialising N)."""
+    cnt = CompileCounterWithBackend(CPU_BACKEND)
+    fn = _kda_fn(use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                 safe_gate=True, lower_bound=-5.0)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=cnt, fullgraph=True)
+    for seqlens in ([10, 3, 19], [6, 0, 40, 3]):
+        d = make_inputs(1, sum(seqlens), 1, 2, 16, 16, device=DEVICE, seqlens=seqlens, initial_state=True,
+                        use_gate_in_kernel=True, lower_bound=-5.0, use_qk_l2norm_in_kernel=True,
+                        use_beta_sigmoid_in_kernel=True)
+        for name in ("cu_seqlens", "cu_seqlens_cpu"):
+            torch._dynamo.mark_dynamic(d[name], 0)
+        got, ref = _fwd_bwd(compiled, d, dynamic_T=True), _fwd_bwd(fn, d)
+        assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
+    assert cnt.frame_count == 1

@@ -386,7 +386,7 @@ def validate_chunk_kda(
     }
     _check_call_form(q, k, v, g, beta, initial_state, cu_seqlens, flags, kwargs)
     state_v_first = _fold_transpose_state_layout(kwargs, state_v_first)
-    n_states = len(cu_seqlens) - 1 if cu_seqlens is not None else q.shape[0]
+    n_states = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else q.shape[0]
     if cp_context is not None:
         cu_seqlens, cu_seqlens_cpu, n_states = _check_cp_context(cp_context, q, initial_state, output_final_state,
                                                                  cu_seqlens, cu_seqlens_cpu)
@@ -610,7 +610,7 @@ def validate_fused_recurrent_kda(
                      extra=_RECURRENT_EXTRA_KWARGS)
     state_v_first = _fold_transpose_state_layout(kwargs, state_v_first)
     pool = ssm_state_indices is not None
-    n_states = len(cu_seqlens) - 1 if cu_seqlens is not None else q.shape[0]
+    n_states = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else q.shape[0]
     _check_fla_order(q, k, v, g, beta, None if pool else initial_state, cu_seqlens, n_states, use_gate_in_kernel,
                      use_beta_sigmoid_in_kernel, allow_neg_eigval, False, lower_bound, {"A_log": A_log})
     B, T, H, K = q.shape
