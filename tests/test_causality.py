@@ -14,7 +14,8 @@ from triton_kda import chunk_kda
 )
 @pytest.mark.parametrize("t", [20, 40, 70])
 def test_future_tokens_do_not_change_past_outputs(opts, t):
-    """T = 75 with chunk 64: t = 70 sits in a partly filled last chunk (the fla issue 1240 situation)."""
+    """T = 75 with chunk 64: t = 70 sits in a partly filled last chunk (the situation of
+    fla-org/flash-linear-attention#1240)."""
     opts = dict(opts)
     safe_gate = opts.pop("safe_gate", False)
     d = make_inputs(1, 75, 1, 2, 16, 16, device=DEVICE, **opts)

@@ -139,7 +139,7 @@ def test_grads_match_oracle_masked_strong_decay(params):
 @pytest.mark.gpu
 @pytest.mark.parametrize("params", FP16_CASES, ids=[case_id(**p, dtype=torch.bfloat16) for p in FP16_CASES])
 def test_grads_match_oracle_bf16(params):
-    """bf16 has no interpreter support: GPU only, with the issue's 16-bit tolerances."""
+    """bf16 has no interpreter support: GPU only, with the 16-bit tolerances (fp16's)."""
     test_grads_match_oracle(params, torch.bfloat16)
 
 

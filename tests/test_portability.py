@@ -315,7 +315,7 @@ _HANG_GUARD_S = 60 * 60  # not a speed check: CI's own cap is 90 minutes; this r
 
 @pytest.mark.slow
 def test_every_kernel_configuration_fits_sm89_and_sm90(tmp_path):
-    """Issue 5's CI gate: `kda-check --portability --arch 89,90` compiles every entry of compile_specs for both
+    """The portability CI gate: `kda-check --portability --arch 89,90` compiles every entry of compile_specs for both
     architectures in a child process (TRITON_INTERPRET unset, worker processes on every CPU) and passes: each entry
     has its row, within the shared-memory limit, with registers from ptxas. Several minutes on 2 cores; conftest
     schedules it first so that pytest-xdist overlaps it with the rest of the suite."""

@@ -174,8 +174,8 @@ def _gate_cumsum_of(b_g, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K: tl.cons
     EXACT_SCAN (fp32 inputs) sums and scales in fp64 and rounds once: each G_i is its exact value to half an ulp, and
     G_i - G_j for nearby tokens is right to about an ulp of |G|, as the decays 2^(G_i - G_j) need for fp32's 1e-5
     tolerances at large |G|. An fp32 tl.cumsum on a GPU adds in a tree that follows the tile's layout, so nearby
-    prefix sums carry independent errors of several ulps (session 7: dk 3.3e-5 with the strong-decay gate on an
-    H200, where the interpreter's sequential fp32 sum passes).
+    prefix sums carry independent errors of several ulps (2026-11-22 at 7bc5e02: dk 3.3e-5 with the strong-decay gate
+    on an H200, where the interpreter's sequential fp32 sum passes).
     """
     m_k = i_k * BK + tl.arange(0, BK) < K
     b_x, a = _gate_input_of(b_g, A_log, dt_bias, i_hv, i_k, K, BK, HAS_A_LOG, HAS_DT_BIAS)

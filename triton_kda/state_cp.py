@@ -44,7 +44,7 @@ _EXTRA_LAUNCHES = 4.0   # the map and chain launches
 _MIN_GAIN = 1.25        # split only where the model predicts at least this speed-up
 _MAX_FILL = 1 / 6       # ... and where one sequence's serial programs (HV x V blocks) fill at most this share of the
                         # slots: the model ignores bandwidth, and at B1 H32 (64 programs, 132-SM H200) CP lost 9% / 7%
-                        # fwd+bwd at T8192 / T32768 (docs/benchmarks/NOTES.md, session 7); at B1 H16 (32 programs,
+                        # fwd+bwd at T8192 / T32768 (docs/benchmarks/NOTES.md, 7bc5e02); at B1 H16 (32 programs,
                         # H100) it gained 1.18x forward, at B1 H8 1.56x
 
 

@@ -1,4 +1,4 @@
-# session 9: headdim suite (K=V=64, 256) with the table's configs next to fla, then ours with TRITON_KDA_AUTOTUNE=1
+# 2026-11-22 (committed with 7cf8f69): headdim suite (K=V=64, 256) with the table's configs next to fla, then ours with TRITON_KDA_AUTOTUNE=1
 . .dev/calls/common.sh
 mkdir -p $OUT/table $OUT/tuned
 timeout 270 python3 -m benchmarks.run --suite headdim --modes fwd,fwdbwd --impl triton,fla --flags kimi --tune-cache /tmp/o/t --out $OUT/table > $OUT/table.log 2>&1; grep -E "ms \[" $OUT/table.log | cut -c1-120

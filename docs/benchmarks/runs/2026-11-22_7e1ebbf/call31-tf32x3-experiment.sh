@@ -1,4 +1,4 @@
-# session 9: fp32 KDA with tf32x3 dot products instead of IEEE (experiment; sed on the device copy only)
+# 2026-11-22, the code before 7e1ebbf: fp32 KDA with tf32x3 dot products instead of IEEE (experiment; sed on the device copy only)
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
 python3 docs/benchmarks/scripts/fp32_stages.py > $OUT/stages_ieee.txt 2>&1; cat $OUT/stages_ieee.txt
