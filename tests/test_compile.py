@@ -184,15 +184,16 @@ def test_inductor_fullgraph_block_matches_eager(dtype):
     assert e["compiled_err"] <= 1.5 * e["eager_err"] + 1e-4, e
 
 
-@pytest.mark.gpu
-def test_inductor_fullgraph_varlen_dynamic_matches_eager():
-    cnt = CompileCounterWithBackend("inductor")
+def _compiles_once_across_varlen(backend: str, cases, H: int, HV: int, K: int, dtype: torch.dtype) -> None:
+    """fullgraph compile of Kimi-flag chunk_kda with the boundaries, token and sequence dimensions dynamic: every
+    (seqlens) case equals eager bit for bit forward and backward, and all share one compiled frame."""
+    cnt = CompileCounterWithBackend(backend)
     fn = _kda_fn(use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
                  safe_gate=True, lower_bound=-5.0)
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend=cnt, fullgraph=True)
-    for seqlens in ([100, 3, 197], [64, 0, 400, 36]):
-        d = make_inputs(1, sum(seqlens), 2, 4, 128, 128, dtype=torch.bfloat16, device="cuda", seqlens=seqlens,
+    for seqlens in cases:
+        d = make_inputs(1, sum(seqlens), H, HV, K, K, dtype=dtype, device=DEVICE, seqlens=seqlens,
                         initial_state=True, use_gate_in_kernel=True, lower_bound=-5.0, use_qk_l2norm_in_kernel=True,
                         use_beta_sigmoid_in_kernel=True)
         for name in ("cu_seqlens", "cu_seqlens_cpu"):
@@ -200,6 +201,11 @@ def test_inductor_fullgraph_varlen_dynamic_matches_eager():
         got, ref = _fwd_bwd(compiled, d, dynamic_T=True), _fwd_bwd(fn, d)
         assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
     assert cnt.frame_count == 1
+
+
+@pytest.mark.gpu
+def test_inductor_fullgraph_varlen_dynamic_matches_eager():
+    _compiles_once_across_varlen("inductor", ([100, 3, 197], [64, 0, 400, 36]), 2, 4, 128, torch.bfloat16)
 
 
 def test_pool_prefill_under_compile_matches_eager():
@@ -227,19 +233,6 @@ def test_pool_prefill_under_compile_matches_eager():
 
 
 def test_aot_eager_varlen_sequence_count_dynamic_one_compile():
-    """Boundaries and initial states marked dynamic: calls with 3 and then 4 sequences share one compiled frame and
-    equal eager bit for bit (the validation compares sizes symbolically, without specialising N)."""
-    cnt = CompileCounterWithBackend(CPU_BACKEND)
-    fn = _kda_fn(use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
-                 safe_gate=True, lower_bound=-5.0)
-    torch._dynamo.reset()
-    compiled = torch.compile(fn, backend=cnt, fullgraph=True)
-    for seqlens in ([10, 3, 19], [6, 0, 40, 3]):
-        d = make_inputs(1, sum(seqlens), 1, 2, 16, 16, device=DEVICE, seqlens=seqlens, initial_state=True,
-                        use_gate_in_kernel=True, lower_bound=-5.0, use_qk_l2norm_in_kernel=True,
-                        use_beta_sigmoid_in_kernel=True)
-        for name in ("cu_seqlens", "cu_seqlens_cpu"):
-            torch._dynamo.mark_dynamic(d[name], 0)
-        got, ref = _fwd_bwd(compiled, d, dynamic_T=True), _fwd_bwd(fn, d)
-        assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
-    assert cnt.frame_count == 1
+    """Calls with 3 and then 4 sequences share one compiled frame (the validation compares sizes symbolically,
+    without specialising N)."""
+    _compiles_once_across_varlen(CPU_BACKEND, ([10, 3, 19], [6, 0, 40, 3]), 1, 2, 16, torch.float32)
