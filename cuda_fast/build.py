@@ -20,9 +20,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cuda_fast.targets import CAPABILITY_TARGETS, TARGETS
+
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("kda_fwd.cu",)
-TARGETS = ("90a", "100a")
 COMPILE_FLAGS = ("-O3", "-std=c++17", "--expt-relaxed-constexpr")
 FLAGS = (*COMPILE_FLAGS, "-Xcompiler", "-fPIC")  # the shared library's
 CACHE_ENV = "TRITON_KDA_CUDA_CACHE"
@@ -120,8 +121,6 @@ def main(argv: list[str] | None = None) -> int:
         targets = TARGETS
     else:
         import torch
-
-        from cuda_fast.sm90 import CAPABILITY_TARGETS
 
         if not torch.cuda.is_available():
             parser.error("no CUDA GPU here: name the targets with --arch")

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 
 from cuda_fast.registry import Backend, register
+from cuda_fast.targets import CAPABILITY_TARGETS
 
 NAME = "sm90"
 OP = "chunk_kda_fwd"
@@ -28,7 +29,6 @@ ENV_SWITCH = "TRITON_KDA_SM90"
 BLOCK_V_ENV = "TRITON_KDA_SM90_BLOCK_V"
 BT = 16
 D = 128
-CAPABILITY_TARGETS = {(9, 0): "90a", (10, 0): "100a"}  # compute capability -> nvcc target (cuda_fast.build)
 
 
 class FwdArgs(ctypes.Structure):

@@ -26,7 +26,7 @@ from triton_kda.check.runner import (
     upstream_grads,
 )
 from triton_kda.check.table import build_table, compare_with_fla, exit_code, render, worse_than_fla
-from triton_kda.configs import compile_specs
+from triton_kda.specs import compile_specs
 
 NAN = math.nan
 

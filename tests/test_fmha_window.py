@@ -194,7 +194,7 @@ def test_fmha_compile_specs_list_every_runtime_argument():
     the kernels are interpreted, as in this process) and give every constexpr a value."""
     import inspect
 
-    from triton_kda.fmha.configs import fmha_compile_specs
+    from triton_kda.fmha.specs import fmha_compile_specs
 
     specs = fmha_compile_specs(90)
     assert len(specs) == 40

@@ -34,7 +34,8 @@ from triton_kda.check.portability import (
     ptxas_usage,
 )
 from triton_kda.check.table import build_table, exit_code
-from triton_kda.configs import CompileSpec, compile_specs
+from triton_kda.configs import CompileSpec
+from triton_kda.specs import compile_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 

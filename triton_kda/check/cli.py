@@ -32,7 +32,7 @@ from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
 from triton_kda.check.portability import ARCHS, WorkerStartError, check_portability, default_jobs
 from triton_kda.check.runner import Backend, Row, available_backends, check_config, failed_rows
 from triton_kda.check.table import build_table, compare_with_fla, exit_code, render, worse_than_fla, write_outputs
-from triton_kda.configs import compile_specs
+from triton_kda.specs import compile_specs
 
 __all__ = ["build_parser", "main", "parse_archs", "parse_jobs", "portability_main", "report", "run_grid"]
 

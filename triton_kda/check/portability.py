@@ -224,7 +224,7 @@ def _failed_row(kernel: str, arch: int, reason: str, num_warps: int = 0, num_sta
 
 def check_portability(specs_for_arch: Callable[[int], Iterable[CompileSpecLike]], archs: Iterable[int],
                       progress: bool | None = None, jobs: int = 1) -> list[PortabilityRow]:
-    """One row per (spec, arch) for every spec `specs_for_arch(arch)` lists (e.g. `triton_kda.configs.compile_specs`),
+    """One row per (spec, arch) for every spec `specs_for_arch(arch)` lists (e.g. `triton_kda.specs.compile_specs`),
     in the order archs, then specs. If listing the specs of an arch raises, that arch gets one failed row naming the
     error. Specs that are the same kernel under another name are compiled once; their rows say so in `note`.
     `progress`: tqdm bar (None: only on a terminal).
