@@ -13,8 +13,7 @@ from reference.kda import kda_chunk, kda_recurrent
 from tests.utils import DEVICE, assert_close, case_id, make_inputs
 from triton_kda import chunk_kda
 from triton_kda.chunk_fwd import plan_chunks
-from triton_kda.gate import gate_mode
-from triton_kda.intra import gate_cumsum
+from triton_kda.gate import gate_cumsum, gate_mode
 
 LEAVES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
 TOL = {

@@ -22,9 +22,10 @@ from triton_kda.configs import (
     wy_fwd_config,
 )
 from triton_kda.gate import GATE_LOWER_BOUND, gate_mode
-from triton_kda.intra import RANGE_MAX, _kda_intra_fwd_kernel, _kda_wy_fwd_kernel
+from triton_kda.intra import RANGE_MAX, _kda_intra_fwd_kernel
 from triton_kda.state import _kda_state_fwd_kernel
 from triton_kda.state_cp import cp_initial_states, plan_pieces
+from triton_kda.wy import _kda_wy_fwd_kernel
 
 
 class ChunkPlan(NamedTuple):

@@ -1,13 +1,17 @@
-"""Gate stage: the in-kernel gate activations and their derivatives, as Triton device functions.
-
-Used inside the fused intra-chunk kernels (forward and backward); the cumsum over a chunk is done there.
+"""Gate stage: the in-kernel gate activations and their derivatives (Triton device functions), the gate cumsum of each
+chunk (forward kernel, also recomputed in the backward) and the gate backward (from the gradient of the cumsum to the
+raw gate, A_log and dt_bias).
 
     GATE == 0: gate = g                                            (pre-computed log decay)
     GATE == 1: gate = -a * softplus(g + dt_bias),  a = exp(A_log)  (softplus form)
     GATE == 2: gate = lb * sigmoid(a * (g + dt_bias))              (lower-bound form; a = 1 without A_log)
 """
+import torch
 import triton
 import triton.language as tl
+
+from triton_kda._jit import LOG2E, _chunk_coords, _chunk_rows
+from triton_kda.configs import arch_of, gate_bwd_config
 
 GATE_NONE = 0
 GATE_SOFTPLUS = 1
@@ -55,3 +59,153 @@ def kda_gate_act_bwd(x, a, lower_bound, dy, GATE: tl.constexpr):
         dx = ds * a
         da = ds * x
     return dx, da
+
+
+@triton.jit
+def _gate_tile(g, bos, T, t0, i_hv, i_k, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    """The chunk's raw gate [BT, BK] for K slice i_k, as stored (zero past the sequence end and past K)."""
+    p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    return tl.load(p_g, boundary_check=(0, 1))
+
+
+@triton.jit
+def _gate_input_of(b_g, A_log, dt_bias, i_hv, i_k, K: tl.constexpr, BK: tl.constexpr, HAS_A_LOG: tl.constexpr,
+                   HAS_DT_BIAS: tl.constexpr):
+    """(x, a) from the raw gate tile b_g of K slice i_k ([BT, BK], or one row [BK]): x = b_g + dt_bias fp32 and
+    a = exp(A_log[i_hv]) (1 without A_log): the arguments of `kda_gate_act` and `kda_gate_act_bwd`."""
+    b_x = b_g.to(tl.float32)
+    if HAS_DT_BIAS:
+        o_k = i_k * BK + tl.arange(0, BK)
+        b_x += tl.load(dt_bias + i_hv * K + o_k, mask=o_k < K, other=0.0).to(tl.float32)
+    if HAS_A_LOG:
+        a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
+    else:
+        a = 1.0
+    return b_x, a
+
+
+@triton.jit
+def _gate_cumsum_of(b_g, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K: tl.constexpr, BK: tl.constexpr,
+                    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, EXACT_SCAN: tl.constexpr):
+    """Inclusive in-chunk cumsum (log2 units) of the activated gate from the raw gate tile b_g of K slice i_k:
+    [BT, BK] fp32, zero past the sequence end and past K (so the last row holds the last valid token's value).
+
+    EXACT_SCAN (fp32 inputs) sums and scales in fp64 and rounds once: each G_i is its exact value to half an ulp, and
+    G_i - G_j for nearby tokens is right to about an ulp of |G|, as the decays 2^(G_i - G_j) need for fp32's 1e-5
+    tolerances at large |G|. An fp32 tl.cumsum on a GPU adds in a tree that follows the tile's layout, so nearby
+    prefix sums carry independent errors of several ulps (2026-11-22 at 7bc5e02: dk 3.3e-5 with the strong-decay gate
+    on an H200, where the interpreter's sequential fp32 sum passes).
+    """
+    m_k = i_k * BK + tl.arange(0, BK) < K
+    b_x, a = _gate_input_of(b_g, A_log, dt_bias, i_hv, i_k, K, BK, HAS_A_LOG, HAS_DT_BIAS)
+    if GATE > 0:
+        b_x = kda_gate_act(b_x, a, lower_bound, GATE)
+    b_x = tl.where(m_t[:, None] & m_k[None, :], b_x, 0.0)
+    if EXACT_SCAN:
+        b_G = (tl.cumsum(b_x.to(tl.float64), axis=0) * LOG2E).to(tl.float32)
+    else:
+        b_G = tl.cumsum(b_x, axis=0) * LOG2E
+    return b_G
+
+
+@triton.jit
+def _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t,
+                 HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                 GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, EXACT_SCAN: tl.constexpr):
+    """`_gate_cumsum_of` the chunk's gate tile of K slice i_k, loaded from g."""
+    return _gate_cumsum_of(_gate_tile(g, bos, T, t0, i_hv, i_k, HV, K, BT, BK), A_log, dt_bias, i_hv, i_k,
+                           lower_bound, m_t, K, BK, GATE, HAS_A_LOG, HAS_DT_BIAS, EXACT_SCAN)
+
+
+@triton.jit
+def _kda_gate_cumsum_fwd_kernel(
+    g, A_log, dt_bias, Gc, cu_seqlens, chunk_indices, lower_bound,
+    HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, PREC: tl.constexpr,
+):
+    """The gate cumsum G the backward reads, as the intra forward computes it: one program per (chunk, v-head, K slice).
+        G_i = log2(e) sum_{j <= i in the chunk} gate_j
+    g [TT, HV, K] (raw); writes Gc [TT, HV, K] fp32."""
+    i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
+    b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE, HAS_A_LOG,
+                       HAS_DT_BIAS, PREC == "tf32x3")
+    p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    tl.store(p_G, b_G, boundary_check=(0, 1))
+
+
+@triton.jit
+def _kda_gate_bwd_kernel(
+    g, A_log, dt_bias, dE, dF, dg, dA_log_part, ddt_bias_part,
+    cu_seqlens, chunk_indices, lower_bound, NT,
+    HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
+):
+    """From the gradient of the gate cumsum to the raw gate: one program per (chunk, v-head, K slice).
+
+    g [TT, HV, K] (raw); dE, dF [TT, HV, K] fp32 from `_kda_intra_bwd_kernel`. For row m of a chunk:
+        dgate_m = sum_{i >= m} dE_i + sum_{j < m} dF_j,  dg = dgate * d gate / d g
+    (both sums run over the terms whose decay spans m: no cancellation under strong decay)
+    Writes dg [TT, HV, K] in g's dtype and, with the in-kernel gate, the per-chunk partials dA_log_part
+    [NK, NT, HV] and ddt_bias_part [NT, HV, K] fp32."""
+    i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
+    t0 = i_c * BT
+    o_t = tl.arange(0, BT)
+    o_k = i_k * BK + tl.arange(0, BK)
+    m_k = o_k < K
+    m_tk = (o_t < tl.minimum(T - t0, BT))[:, None] & m_k[None, :]
+    p_dE = tl.make_block_ptr(dE + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    # dF one row down (row m holds dF_{m-1}): its inclusive cumsum is the exclusive one of dF
+    m_prev = (o_t >= 1)[:, None] & m_tk
+    b_dFp = tl.load(dF + ((bos + t0 + o_t - 1).to(tl.int64) * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_prev,
+                    other=0.0)
+    b_dg = tl.cumsum(tl.load(p_dE, boundary_check=(0, 1)), axis=0, reverse=True) + tl.cumsum(b_dFp, axis=0)
+    b_dg = tl.where(m_tk, b_dg, 0.0)
+    if GATE > 0:
+        b_x, a = _gate_input_of(_gate_tile(g, bos, T, t0, i_hv, i_k, HV, K, BT, BK), A_log, dt_bias, i_hv, i_k, K,
+                                BK, HAS_A_LOG, HAS_DT_BIAS)
+        b_dg, b_da = kda_gate_act_bwd(b_x, a, lower_bound, b_dg, GATE)
+        b_dg = tl.where(m_tk, b_dg, 0.0)
+        if HAS_A_LOG:
+            tl.store(dA_log_part + (i_k * NT + i_t) * HV + i_hv, tl.sum(tl.sum(tl.where(m_tk, b_da, 0.0), 1), 0) * a)
+        if HAS_DT_BIAS:
+            tl.store(ddt_bias_part + (i_t * HV + i_hv).to(tl.int64) * K + o_k, tl.sum(b_dg, axis=0), mask=m_k)
+    p_dg = tl.make_block_ptr(dg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    tl.store(p_dg, b_dg.to(p_dg.dtype.element_ty), boundary_check=(0, 1))
+
+
+def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: float | None, prec: str) -> torch.Tensor:
+    """Launch `_kda_gate_cumsum_fwd_kernel` on the (NT, HV, NK) grid: Gc [TT, HV, K] fp32 from g [TT, HV, K] (raw,
+    contiguous); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; prec: the forward's."""
+    TT, HV, K = g.shape
+    cfg = gate_bwd_config(arch_of(g.device), K)
+    has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
+    Gc = torch.empty(TT, HV, K, device=g.device, dtype=torch.float32)
+    _kda_gate_cumsum_fwd_kernel[(plan.NT, HV, triton.cdiv(K, cfg.BK))](
+        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, Gc, plan.cu_seqlens, plan.chunk_indices,
+        lower_bound if lower_bound is not None else 0.0,
+        HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias, PREC=prec,
+        num_warps=cfg.num_warps,
+    )
+    return Gc
+
+
+def gate_bwd(g, A_log, dt_bias, dE, dF, plan, BT: int, *, gate: int, lower_bound: float | None):
+    """Launch `_kda_gate_bwd_kernel` on the (NT, HV, NK) grid: (dg, dA_log_part or None, ddt_bias_part or None)."""
+    TT, HV, K = g.shape
+    cfg = gate_bwd_config(arch_of(g.device), K)
+    NK = triton.cdiv(K, cfg.BK)
+    f32 = dict(device=g.device, dtype=torch.float32)
+    has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
+    dg = torch.empty_like(g)
+    dA_log_part = torch.empty(NK, plan.NT, HV, **f32) if has_a_log else None
+    ddt_bias_part = torch.empty(plan.NT, HV, K, **f32) if has_dt_bias else None
+    _kda_gate_bwd_kernel[(plan.NT, HV, NK)](
+        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, dE, dF, dg,
+        dA_log_part if has_a_log else dE, ddt_bias_part if has_dt_bias else dE,
+        plan.cu_seqlens, plan.chunk_indices, lower_bound if lower_bound is not None else 0.0, plan.NT,
+        HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
+        num_warps=cfg.num_warps,
+    )
+    return dg, dA_log_part, ddt_bias_part

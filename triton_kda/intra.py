@@ -1,4 +1,4 @@
-"""Intra-chunk stage (forward): gate, cumsum, l2norm, beta, Aqk, (I + L)^-1 and the WY factors, one program per
+"""Intra-chunk stage, forward and backward: gate cumsum (gate.py), l2norm, beta, Aqk, (I + L)^-1 and the WY factors, one
 (chunk, v-head).
 
 Per chunk (G = inclusive cumsum of the gate in log2 units, scale folded into Aqk and qg):
@@ -23,70 +23,17 @@ import torch
 import triton
 import triton.language as tl
 
+from triton_kda._jit import _chunk_coords, _chunk_rows, _finite_or_zero, _op, _state_offsets
 from triton_kda.configs import (
-    _kpad,
     arch_of,
-    gate_bwd_config,
     intra_bwd_candidates,
     intra_bwd_config,
     tuned,
-    wy_bwd_config,
 )
-from triton_kda.gate import kda_gate_act, kda_gate_act_bwd
+from triton_kda.gate import _gate_cumsum, _gate_cumsum_of, _gate_tile, gate_bwd
+from triton_kda.wy import WYBwdOut
 
-LOG2E = tl.constexpr(1.4426950408889634)
 RANGE_MAX = tl.constexpr(110.0)  # log2 units: 2^110 * |k| stays far inside the fp32/bf16 range
-
-
-@triton.jit
-def _op(x, IS_BF16: tl.constexpr):
-    """Operand dtype of the tensor-core products: bf16 for bf16 inputs, fp32 otherwise."""
-    if IS_BF16:
-        x = x.to(tl.bfloat16)
-    else:
-        x = x.to(tl.float32)
-    return x
-
-
-@triton.jit
-def _chunk_coords(cu_seqlens, chunk_indices, i_t):
-    """(bos int64, sequence length int32, chunk index within the sequence int32) for chunk i_t.
-
-    Block-pointer offsets are sequence-local (int32); the int64 part lives in the base pointer."""
-    i_n = tl.load(chunk_indices + i_t * 2).to(tl.int64)
-    i_c = tl.load(chunk_indices + i_t * 2 + 1).to(tl.int32)
-    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-    return bos, (eos - bos).to(tl.int32), i_c
-
-
-@triton.jit
-def _chunk_rows(cu_seqlens, chunk_indices, i_t, BT: tl.constexpr):
-    """Chunk i_t's rows: (bos, T, t0, n_valid, o_t, m_t) with `_chunk_coords`' first two, t0 the chunk's first token
-    in its sequence, n_valid its token count, o_t = arange(BT) and m_t = o_t < n_valid."""
-    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
-    t0 = i_c * BT
-    n_valid = tl.minimum(T - t0, BT)
-    o_t = tl.arange(0, BT)
-    return bos, T, t0, n_valid, o_t, o_t < n_valid
-
-
-@triton.jit
-def _state_offsets(o_k, o_v, K: tl.constexpr, V: tl.constexpr, V_FIRST: tl.constexpr):
-    """Element offsets of the [len(o_k), len(o_v)] block (rows o_k, columns o_v) of one [K, V] state, stored
-    [V, K] if V_FIRST."""
-    if V_FIRST:
-        off = o_v[None, :] * K + o_k[:, None]
-    else:
-        off = o_k[:, None] * V + o_v[None, :]
-    return off
-
-
-@triton.jit
-def _finite_or_zero(x):
-    """Non-finite entries (NaN, +-inf) -> 0. Applied to operands whose rows past t may hold an overflowed future
-    (an exploding recurrence) before a full-matrix product, where 0 * inf would leak NaN into rows <= t."""
-    return tl.where(tl.abs(x) < 3.0e38, x, 0.0)
 
 
 @triton.jit
@@ -140,79 +87,6 @@ def _block_inverse_doubling(L, BT: tl.constexpr, PREC: tl.constexpr):
             XE = tl.dot(X, E, input_precision=PREC)
             X = X - tl.dot(XE, _finite_or_zero(X), input_precision=PREC)
     return X
-
-
-@triton.jit
-def _gate_tile(g, bos, T, t0, i_hv, i_k, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
-    """The chunk's raw gate [BT, BK] for K slice i_k, as stored (zero past the sequence end and past K)."""
-    p_g = tl.make_block_ptr(g + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    return tl.load(p_g, boundary_check=(0, 1))
-
-
-@triton.jit
-def _gate_input_of(b_g, A_log, dt_bias, i_hv, i_k, K: tl.constexpr, BK: tl.constexpr, HAS_A_LOG: tl.constexpr,
-                   HAS_DT_BIAS: tl.constexpr):
-    """(x, a) from the raw gate tile b_g of K slice i_k ([BT, BK], or one row [BK]): x = b_g + dt_bias fp32 and
-    a = exp(A_log[i_hv]) (1 without A_log): the arguments of `kda_gate_act` and `kda_gate_act_bwd`."""
-    b_x = b_g.to(tl.float32)
-    if HAS_DT_BIAS:
-        o_k = i_k * BK + tl.arange(0, BK)
-        b_x += tl.load(dt_bias + i_hv * K + o_k, mask=o_k < K, other=0.0).to(tl.float32)
-    if HAS_A_LOG:
-        a = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
-    else:
-        a = 1.0
-    return b_x, a
-
-
-@triton.jit
-def _gate_cumsum_of(b_g, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K: tl.constexpr, BK: tl.constexpr,
-                    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, EXACT_SCAN: tl.constexpr):
-    """Inclusive in-chunk cumsum (log2 units) of the activated gate from the raw gate tile b_g of K slice i_k:
-    [BT, BK] fp32, zero past the sequence end and past K (so the last row holds the last valid token's value).
-
-    EXACT_SCAN (fp32 inputs) sums and scales in fp64 and rounds once: each G_i is its exact value to half an ulp, and
-    G_i - G_j for nearby tokens is right to about an ulp of |G|, as the decays 2^(G_i - G_j) need for fp32's 1e-5
-    tolerances at large |G|. An fp32 tl.cumsum on a GPU adds in a tree that follows the tile's layout, so nearby
-    prefix sums carry independent errors of several ulps (2026-11-22 at 7bc5e02: dk 3.3e-5 with the strong-decay gate
-    on an H200, where the interpreter's sequential fp32 sum passes).
-    """
-    m_k = i_k * BK + tl.arange(0, BK) < K
-    b_x, a = _gate_input_of(b_g, A_log, dt_bias, i_hv, i_k, K, BK, HAS_A_LOG, HAS_DT_BIAS)
-    if GATE > 0:
-        b_x = kda_gate_act(b_x, a, lower_bound, GATE)
-    b_x = tl.where(m_t[:, None] & m_k[None, :], b_x, 0.0)
-    if EXACT_SCAN:
-        b_G = (tl.cumsum(b_x.to(tl.float64), axis=0) * LOG2E).to(tl.float32)
-    else:
-        b_G = tl.cumsum(b_x, axis=0) * LOG2E
-    return b_G
-
-
-@triton.jit
-def _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t,
-                 HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                 GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, EXACT_SCAN: tl.constexpr):
-    """`_gate_cumsum_of` the chunk's gate tile of K slice i_k, loaded from g."""
-    return _gate_cumsum_of(_gate_tile(g, bos, T, t0, i_hv, i_k, HV, K, BT, BK), A_log, dt_bias, i_hv, i_k,
-                           lower_bound, m_t, K, BK, GATE, HAS_A_LOG, HAS_DT_BIAS, EXACT_SCAN)
-
-
-@triton.jit
-def _kda_gate_cumsum_fwd_kernel(
-    g, A_log, dt_bias, Gc, cu_seqlens, chunk_indices, lower_bound,
-    HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, PREC: tl.constexpr,
-):
-    """The gate cumsum G the backward reads, as the intra forward computes it: one program per (chunk, v-head, K slice).
-        G_i = log2(e) sum_{j <= i in the chunk} gate_j
-    g [TT, HV, K] (raw); writes Gc [TT, HV, K] fp32."""
-    i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
-    b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE, HAS_A_LOG,
-                       HAS_DT_BIAS, PREC == "tf32x3")
-    p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    tl.store(p_G, b_G, boundary_check=(0, 1))
 
 
 @triton.jit
@@ -387,142 +261,6 @@ def _kda_intra_fwd_kernel(
 
 
 @triton.jit
-def _kda_wy_fwd_kernel(
-    q, k, v, g, A_log, dt_bias, rstd_q, rstd_k, beta_act, Akk,
-    w, u, qg, kg, gl,
-    cu_seqlens, chunk_indices, scale, lower_bound,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, IS_BF16: tl.constexpr,
-    PREC: tl.constexpr,
-):
-    """The backward's recompute of the intra forward's products from its saved Akk: one program per (chunk, v-head).
-        w = Akk (beta kn 2^G),  u = Akk (beta v),  qg = scale qn 2^G,  kg = kn 2^(G_last - G)
-    q, k [TT, H, K]; v [TT, HV, V]; g [TT, HV, K] (raw); rstd_q, rstd_k, beta_act [TT, HV] fp32 and Akk [TT, HV, BT]
-    as `_kda_intra_fwd_kernel` stored them. Writes w, qg, kg [TT, HV, K] and u [TT, HV, V] in the input dtype and
-    gl [NT, HV, K] fp32, bit for bit as the forward did: G is recomputed with the forward's K slices (a cumsum's
-    rounding follows its tile), and the products' operands are rounded to the input dtype as the forward's parked
-    ones were."""
-    i_t, i_hv = tl.program_id(0), tl.program_id(1)
-    i_h = i_hv // (HV // H)
-    bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
-    p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
-    b_rq = tl.load(rstd_q + p_row_hv, mask=m_t, other=0.0)
-    b_rk = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)
-    b_beta = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
-    p_A = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-    b_Xop = _op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)
-    for i_k in range(tl.cdiv(K, BK)):
-        o_k = i_k * BK + tl.arange(0, BK)
-        p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
-                           HAS_A_LOG, HAS_DT_BIAS, PREC == "tf32x3")
-        b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
-        tl.store(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_Gl, mask=o_k < K)
-        b_eG = tl.exp2(b_G)
-        b_k = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rk[:, None]
-        b_q = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32) * (b_rq * scale)[:, None]
-        p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        b_wop = (b_k * b_beta[:, None] * b_eG).to(p_w.dtype.element_ty)
-        tl.store(p_w, tl.dot(b_Xop, _op(b_wop, IS_BF16), input_precision=PREC).to(p_w.dtype.element_ty),
-                 boundary_check=(0, 1))
-        tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
-        tl.store(p_kg, tl.where(m_t[:, None], b_k * tl.exp2(b_Gl[None, :] - b_G), 0.0).to(p_kg.dtype.element_ty),
-                 boundary_check=(0, 1))
-    for i_v in range(tl.cdiv(V, BV)):
-        p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        b_uop = (tl.load(p_v, boundary_check=(0, 1)).to(tl.float32) * b_beta[:, None]).to(p_u.dtype.element_ty)
-        tl.store(p_u, tl.dot(b_Xop, _op(b_uop, IS_BF16), input_precision=PREC).to(p_u.dtype.element_ty),
-                 boundary_check=(0, 1))
-
-
-@triton.jit
-def _kda_wy_bwd_kernel(
-    k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do,
-    dv, dvb, dAqk, dL, dbeta_v,
-    cu_seqlens, chunk_indices,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
-    VIA_STATE: tl.constexpr, PREC: tl.constexpr,
-):
-    """Backward through u = Akk (beta v), w = Akk kb and Akk = (I + L)^-1 (kb = beta kn 2^G), and the Aqk gradient;
-    one program per (chunk, v-head), V in slices of BV.
-
-    k [TT, H, K]; v, do [TT, HV, V]; Gc [TT, HV, K] fp32 (the gate cumsum, `gate_cumsum`); rstd_k, beta_act
-    [TT, HV] fp32; Akk [TT, HV, BT] (as the forward stored it); h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST;
-    read with VIA_STATE only); v_new [TT, HV, V]; dv_new [TT, HV, V] fp32 from the reverse state pass. With S = h[c],
-    the gradient of Akk is dA = dv_new (beta v - kb S)^T (dw = -dv_new S^T is never materialised) and
-    dL = -Akk^T dA Akk^T. As v_new = u - w S = Akk (beta v - kb S), dA = dv_new v_new^T (I + L)^T and
-    dL = -dvb v_new^T: that form needs neither S nor kb (k, Gc, rstd_k and h are then not read). VIA_STATE (fp32
-    inputs) forms dA from S instead, in K slices of BK: it does not carry v_new's rounding (through v_new, the fp32
-    test cases' dg and dA_log errors vs fp64 were up to 1.6x and 2.9x larger).
-        dAqk = tril(do v_new^T),  dvb = Akk^T dv_new,  dL = -tril_strict(dvb v_new^T),  dv = beta dvb,
-        dbeta_v = rowsum(dvb v)
-    Writes dv [TT, HV, V] in v's dtype, dvb [TT, HV, V] fp32, dAqk / dL [TT, HV, BT] fp32, dbeta_v [TT, HV] fp32.
-    """
-    i_t, i_hv = tl.program_id(0), tl.program_id(1)
-    i_h = i_hv // (HV // H)
-    bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
-    m_tt = m_t[:, None] & m_t[None, :]
-    p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
-
-    p_A = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-    b_At = tl.trans(tl.load(p_A, boundary_check=(0, 1)).to(tl.float32))
-    b_b = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
-    b_dAqk = tl.zeros((BT, BT), dtype=tl.float32)
-    b_dL = tl.zeros((BT, BT), dtype=tl.float32)  # dA with VIA_STATE
-    b_db = tl.zeros((BT,), dtype=tl.float32)
-    if VIA_STATE:
-        p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
-        b_rkb = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0) * b_b
-    for i_v in range(tl.cdiv(V, BV)):
-        p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        p_dvn = tl.make_block_ptr(dv_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV),
-                                  (1, 0))
-        p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        b_vnT = tl.trans(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32))
-        b_dvn = tl.load(p_dvn, boundary_check=(0, 1))
-        b_v = tl.load(p_v, boundary_check=(0, 1)).to(tl.float32)
-        b_dAqk += tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_vnT, input_precision=PREC)
-        b_dvb = tl.dot(b_At, b_dvn, input_precision=PREC)
-        if VIA_STATE:
-            o_v = i_v * BV + tl.arange(0, BV)
-            b_P = tl.zeros((BT, BV), dtype=tl.float32)
-            for i_k in range(tl.cdiv(K, BK)):
-                o_k = i_k * BK + tl.arange(0, BK)
-                off_h = _state_offsets(o_k, o_v, K, V, V_FIRST)
-                p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK),
-                                        (1, 0))
-                p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
-                                        (1, 0))
-                b_kb = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rkb[:, None]
-                b_kb *= tl.exp2(tl.load(p_G, boundary_check=(0, 1)))
-                b_S = tl.load(h + p_state + off_h, mask=(o_k < K)[:, None] & (o_v < V)[None, :], other=0.0)
-                b_S = b_S.to(tl.float32)
-                b_P += tl.dot(b_kb, b_S, input_precision=PREC)
-            b_dL += tl.dot(b_dvn, tl.trans(b_v * b_b[:, None] - b_P), input_precision=PREC)
-        else:
-            b_dL -= tl.dot(b_dvb, b_vnT, input_precision=PREC)
-        p_dv = tl.make_block_ptr(dv + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        tl.store(p_dv, (b_dvb * b_b[:, None]).to(p_dv.dtype.element_ty), boundary_check=(0, 1))
-        tl.store(p_dvb, b_dvb, boundary_check=(0, 1))
-        b_db += tl.sum(b_dvb * b_v, axis=1)
-    if VIA_STATE:
-        b_dL = -tl.dot(tl.dot(b_At, b_dL, input_precision=PREC), b_At, input_precision=PREC)
-    p_dAqk = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-    p_dL = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-    tl.store(p_dAqk, tl.where(m_tt & (o_t[None, :] <= o_t[:, None]), b_dAqk, 0.0), boundary_check=(0, 1))
-    tl.store(p_dL, tl.where(m_tt & (o_t[None, :] < o_t[:, None]), b_dL, 0.0), boundary_check=(0, 1))
-    tl.store(dbeta_v + p_row_hv, b_db, mask=m_t)
-
-
-@triton.jit
 def _kda_intra_bwd_kernel(
     q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
     dq, dk, dE, dF, dbeta_k,
@@ -685,112 +423,6 @@ def _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kbn, b_G, b_G_r, r
     return b_Rq, b_RL, b_C
 
 
-@triton.jit
-def _kda_gate_bwd_kernel(
-    g, A_log, dt_bias, dE, dF, dg, dA_log_part, ddt_bias_part,
-    cu_seqlens, chunk_indices, lower_bound, NT,
-    HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-    GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
-):
-    """From the gradient of the gate cumsum to the raw gate: one program per (chunk, v-head, K slice).
-
-    g [TT, HV, K] (raw); dE, dF [TT, HV, K] fp32 from `_kda_intra_bwd_kernel`. For row m of a chunk:
-        dgate_m = sum_{i >= m} dE_i + sum_{j < m} dF_j,  dg = dgate * d gate / d g
-    (both sums run over the terms whose decay spans m: no cancellation under strong decay)
-    Writes dg [TT, HV, K] in g's dtype and, with the in-kernel gate, the per-chunk partials dA_log_part
-    [NK, NT, HV] and ddt_bias_part [NT, HV, K] fp32."""
-    i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
-    t0 = i_c * BT
-    o_t = tl.arange(0, BT)
-    o_k = i_k * BK + tl.arange(0, BK)
-    m_k = o_k < K
-    m_tk = (o_t < tl.minimum(T - t0, BT))[:, None] & m_k[None, :]
-    p_dE = tl.make_block_ptr(dE + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    # dF one row down (row m holds dF_{m-1}): its inclusive cumsum is the exclusive one of dF
-    m_prev = (o_t >= 1)[:, None] & m_tk
-    b_dFp = tl.load(dF + ((bos + t0 + o_t - 1).to(tl.int64) * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_prev,
-                    other=0.0)
-    b_dg = tl.cumsum(tl.load(p_dE, boundary_check=(0, 1)), axis=0, reverse=True) + tl.cumsum(b_dFp, axis=0)
-    b_dg = tl.where(m_tk, b_dg, 0.0)
-    if GATE > 0:
-        b_x, a = _gate_input_of(_gate_tile(g, bos, T, t0, i_hv, i_k, HV, K, BT, BK), A_log, dt_bias, i_hv, i_k, K,
-                                BK, HAS_A_LOG, HAS_DT_BIAS)
-        b_dg, b_da = kda_gate_act_bwd(b_x, a, lower_bound, b_dg, GATE)
-        b_dg = tl.where(m_tk, b_dg, 0.0)
-        if HAS_A_LOG:
-            tl.store(dA_log_part + (i_k * NT + i_t) * HV + i_hv, tl.sum(tl.sum(tl.where(m_tk, b_da, 0.0), 1), 0) * a)
-        if HAS_DT_BIAS:
-            tl.store(ddt_bias_part + (i_t * HV + i_hv).to(tl.int64) * K + o_k, tl.sum(b_dg, axis=0), mask=m_k)
-    p_dg = tl.make_block_ptr(dg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    tl.store(p_dg, b_dg.to(p_dg.dtype.element_ty), boundary_check=(0, 1))
-
-
-@triton.jit
-def _kda_qk_bwd_kernel(x, dx_part, dx, TT, H: tl.constexpr, G: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                       BK: tl.constexpr, USE_L2NORM: tl.constexpr):
-    """x: [TT, H, K] (q or k as passed), dx_part: [TT, H * G, K] fp32 per-v-head gradients w.r.t. the normalised x;
-    writes dx [TT, H, K] in x's dtype:  d = sum_g dx_part,  dx = r (d - xh (xh . d)),  xh = r x,
-    r = (|x|^2 + 1e-6)^-1/2 (dx = d without the in-kernel l2norm)."""
-    i_t, i_h = tl.program_id(0), tl.program_id(1)
-    o_t = (i_t * BT + tl.arange(0, BT)).to(tl.int64)
-    o_k = tl.arange(0, BK)
-    m = (o_t < TT)[:, None] & (o_k < K)[None, :]
-    b_d = tl.zeros((BT, BK), dtype=tl.float32)
-    for i_g in range(G):
-        b_d += tl.load(dx_part + (o_t[:, None] * (H * G) + i_h * G + i_g) * K + o_k[None, :], mask=m, other=0.0)
-    p_x = (o_t[:, None] * H + i_h) * K + o_k[None, :]
-    if USE_L2NORM:
-        b_x = tl.load(x + p_x, mask=m, other=0.0).to(tl.float32)
-        b_r = 1.0 / tl.sqrt(tl.sum(b_x * b_x, axis=1) + 1e-6)
-        b_xh = b_x * b_r[:, None]
-        b_d = b_r[:, None] * (b_d - b_xh * tl.sum(b_xh * b_d, axis=1)[:, None])
-    tl.store(dx + p_x, b_d.to(dx.dtype.element_ty), mask=m)
-
-
-class WYBwdOut(NamedTuple):
-    dv: torch.Tensor        # [TT, HV, V] in v's dtype
-    dvb: torch.Tensor       # [TT, HV, V] fp32, Akk^T dv_new
-    dAqk: torch.Tensor      # [TT, HV, BT] fp32
-    dL: torch.Tensor        # [TT, HV, BT] fp32
-    dbeta: torch.Tensor     # [TT, HV] fp32, the beta gradient through u (before the sigmoid)
-
-
-def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: float | None, prec: str) -> torch.Tensor:
-    """Launch `_kda_gate_cumsum_fwd_kernel` on the (NT, HV, NK) grid: Gc [TT, HV, K] fp32 from g [TT, HV, K] (raw,
-    contiguous); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; prec: the forward's."""
-    TT, HV, K = g.shape
-    cfg = gate_bwd_config(arch_of(g.device), K)
-    has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
-    Gc = torch.empty(TT, HV, K, device=g.device, dtype=torch.float32)
-    _kda_gate_cumsum_fwd_kernel[(plan.NT, HV, triton.cdiv(K, cfg.BK))](
-        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, Gc, plan.cu_seqlens, plan.chunk_indices,
-        lower_bound if lower_bound is not None else 0.0,
-        HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias, PREC=prec,
-        num_warps=cfg.num_warps,
-    )
-    return Gc
-
-
-def wy_bwd(k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int, *, state_v_first: bool,
-           prec: str) -> WYBwdOut:
-    """Launch `_kda_wy_bwd_kernel` on the (NT, HV) grid; shapes as in its docstring (contiguous, flattened). The
-    gradient of Akk goes through the state (VIA_STATE) for fp32 inputs, through v_new otherwise."""
-    TT, H, K = k.shape
-    HV, V = v.shape[1], v.shape[2]
-    cfg = wy_bwd_config(arch_of(k.device), K, V)
-    f32 = dict(device=k.device, dtype=torch.float32)
-    out = WYBwdOut(dv=torch.empty_like(v), dvb=torch.empty(TT, HV, V, **f32), dAqk=torch.empty(TT, HV, BT, **f32),
-                   dL=torch.empty(TT, HV, BT, **f32), dbeta=torch.empty(TT, HV, **f32))
-    _kda_wy_bwd_kernel[(plan.NT, HV)](
-        k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens, plan.chunk_indices,
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, VIA_STATE=k.dtype == torch.float32,
-        PREC=prec,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
-    return out
-
-
 class IntraBwdOut(NamedTuple):
     dq: torch.Tensor                    # [TT, HV, K] fp32, per v-head partials w.r.t. the normalised q
     dk: torch.Tensor                    # [TT, HV, K] fp32, per v-head partials w.r.t. the normalised k
@@ -828,36 +460,3 @@ def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, 
     dbeta = launch(tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch))
     dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dE, dF, plan, BT, gate=gate, lower_bound=lower_bound)
     return IntraBwdOut(dq, dk, dg, dbeta, dA_log_part, ddt_bias_part)
-
-
-def gate_bwd(g, A_log, dt_bias, dE, dF, plan, BT: int, *, gate: int, lower_bound: float | None):
-    """Launch `_kda_gate_bwd_kernel` on the (NT, HV, NK) grid: (dg, dA_log_part or None, ddt_bias_part or None)."""
-    TT, HV, K = g.shape
-    cfg = gate_bwd_config(arch_of(g.device), K)
-    NK = triton.cdiv(K, cfg.BK)
-    f32 = dict(device=g.device, dtype=torch.float32)
-    has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
-    dg = torch.empty_like(g)
-    dA_log_part = torch.empty(NK, plan.NT, HV, **f32) if has_a_log else None
-    ddt_bias_part = torch.empty(plan.NT, HV, K, **f32) if has_dt_bias else None
-    _kda_gate_bwd_kernel[(plan.NT, HV, NK)](
-        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, dE, dF, dg,
-        dA_log_part if has_a_log else dE, ddt_bias_part if has_dt_bias else dE,
-        plan.cu_seqlens, plan.chunk_indices, lower_bound if lower_bound is not None else 0.0, plan.NT,
-        HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
-        num_warps=cfg.num_warps,
-    )
-    return dg, dA_log_part, ddt_bias_part
-
-
-def qk_bwd(x: torch.Tensor, dx_part: torch.Tensor, *, use_qk_l2norm_in_kernel: bool) -> torch.Tensor:
-    """Sum the per-v-head partials dx_part [TT, HV, K] fp32 over each GVA group and take them back through the
-    in-kernel l2norm; returns dx [TT, H, K] in x's dtype (x: [TT, H, K], contiguous)."""
-    TT, H, K = x.shape
-    dx = torch.empty_like(x)
-    BT = 32
-    _kda_qk_bwd_kernel[(triton.cdiv(TT, BT), H)](
-        x, dx_part, dx, TT, H=H, G=dx_part.shape[1] // H, K=K, BT=BT, BK=_kpad(K, arch_of(x.device)),
-        USE_L2NORM=use_qk_l2norm_in_kernel,
-    )
-    return dx

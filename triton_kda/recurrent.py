@@ -28,11 +28,11 @@ import torch
 import triton
 import triton.language as tl
 
+from triton_kda._jit import _state_offsets
 from triton_kda._validate import RecurrentProblem, validate_fused_recurrent_kda
 from triton_kda.chunk_fwd import plan_chunks
 from triton_kda.configs import _kpad, arch_of, recurrent_bwd_config, recurrent_fwd_config, sm_count
-from triton_kda.gate import gate_mode, kda_gate_act, kda_gate_act_bwd
-from triton_kda.intra import _gate_input_of, _state_offsets
+from triton_kda.gate import _gate_input_of, gate_mode, kda_gate_act, kda_gate_act_bwd
 
 __all__ = ["fused_recurrent_kda"]
 

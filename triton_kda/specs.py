@@ -22,16 +22,10 @@ from triton_kda.configs import (
     wy_fwd_config,
 )
 from triton_kda.fmha.specs import fmha_compile_specs
-from triton_kda.intra import (
-    _kda_gate_bwd_kernel,
-    _kda_gate_cumsum_fwd_kernel,
-    _kda_intra_bwd_kernel,
-    _kda_intra_fwd_kernel,
-    _kda_qk_bwd_kernel,
-    _kda_wy_bwd_kernel,
-    _kda_wy_fwd_kernel,
-)
+from triton_kda.gate import _kda_gate_bwd_kernel, _kda_gate_cumsum_fwd_kernel
+from triton_kda.intra import _kda_intra_bwd_kernel, _kda_intra_fwd_kernel
 from triton_kda.pool import _kda_pool_gather_fwd_kernel, _kda_pool_scatter_fwd_kernel
+from triton_kda.qk import _kda_qk_bwd_kernel
 from triton_kda.recurrent import (
     _kda_recurrent_bwd_kernel,
     _kda_recurrent_fwd_kernel,
@@ -44,6 +38,7 @@ from triton_kda.state_cp import (
     _kda_state_cp_fwd_chain_kernel,
     _kda_state_cp_fwd_map_kernel,
 )
+from triton_kda.wy import _kda_wy_bwd_kernel, _kda_wy_fwd_kernel
 
 _DTYPES = {"bf16": ("bf16", True, torch.bfloat16), "fp16": ("fp16", False, torch.float16),
            "fp32": ("fp32", False, torch.float32)}

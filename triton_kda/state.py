@@ -11,8 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from triton_kda._jit import _finite_or_zero, _op, _state_offsets
 from triton_kda.configs import _kpad, arch_of, state_config
-from triton_kda.intra import _finite_or_zero, _op, _state_offsets
 from triton_kda.state_cp import cp_end_gradients, plan_pieces
 
 

@@ -29,8 +29,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from triton_kda._jit import _finite_or_zero, _op, _state_offsets
 from triton_kda.configs import _kpad, arch_of, capturing, cp_config, sm_count, state_config
-from triton_kda.intra import _finite_or_zero, _op, _state_offsets
 
 ENV_MODE = "TRITON_KDA_INTRACARD_CP"
 ENV_PIECE_CHUNKS = "TRITON_KDA_INTRACARD_CP_CHUNKS"

@@ -14,7 +14,7 @@ import triton_kda.configs as C
 from triton_kda import chunk_kda
 from triton_kda.chunk_fwd import plan_chunks, intra_fwd, state_fwd
 from triton_kda.state import state_bwd
-from triton_kda.intra import qk_bwd
+from triton_kda.qk import qk_bwd
 dev = "cuda"
 B, T, H, HV, K, V, BT = 2, 8192, 32, 32, 128, 128, 64
 torch.manual_seed(0)

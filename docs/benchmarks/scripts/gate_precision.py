@@ -29,7 +29,7 @@ sys.path.insert(0, os.getcwd())
 
 from reference.harness import rel_rmse  # noqa: E402
 from reference.kda import kda_gate_ref, kda_recurrent  # noqa: E402
-from triton_kda import chunk, chunk_bwd, chunk_fwd, chunk_kda, intra, state  # noqa: E402
+from triton_kda import chunk, chunk_bwd, chunk_fwd, chunk_kda, intra, state, wy  # noqa: E402
 
 LN2 = math.log(2.0)
 NAMES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
@@ -189,8 +189,8 @@ def variant(name: str):
                 chunk_fwd.state_fwd, "v_new = torch.empty(TT, HV, V, device=dev, dtype=dt)",
                 "v_new = torch.empty(TT, HV, V, device=dev, dtype=torch.float32)", chunk_fwd))
         elif p == "viastate":
-            setattr_(chunk_bwd, "wy_bwd", patched_source(intra.wy_bwd, 'VIA_STATE=k.dtype == torch.float32',
-                                                         "VIA_STATE=True", intra))
+            setattr_(chunk_bwd, "wy_bwd", patched_source(wy.wy_bwd, 'VIA_STATE=k.dtype == torch.float32',
+                                                         "VIA_STATE=True", wy))
         else:
             raise ValueError(p)
     try:

@@ -1,0 +1,57 @@
+"""Triton device helpers shared by the stage kernels (intra, gate, WY, state, state CP, recurrent): chunk coordinates of
+a program, 16-bit operand casts, state offsets in either layout, and a finite-or-zero guard."""
+import triton
+import triton.language as tl
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _op(x, IS_BF16: tl.constexpr):
+    """Operand dtype of the tensor-core products: bf16 for bf16 inputs, fp32 otherwise."""
+    if IS_BF16:
+        x = x.to(tl.bfloat16)
+    else:
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _chunk_coords(cu_seqlens, chunk_indices, i_t):
+    """(bos int64, sequence length int32, chunk index within the sequence int32) for chunk i_t.
+
+    Block-pointer offsets are sequence-local (int32); the int64 part lives in the base pointer."""
+    i_n = tl.load(chunk_indices + i_t * 2).to(tl.int64)
+    i_c = tl.load(chunk_indices + i_t * 2 + 1).to(tl.int32)
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    return bos, (eos - bos).to(tl.int32), i_c
+
+
+@triton.jit
+def _chunk_rows(cu_seqlens, chunk_indices, i_t, BT: tl.constexpr):
+    """Chunk i_t's rows: (bos, T, t0, n_valid, o_t, m_t) with `_chunk_coords`' first two, t0 the chunk's first token
+    in its sequence, n_valid its token count, o_t = arange(BT) and m_t = o_t < n_valid."""
+    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
+    t0 = i_c * BT
+    n_valid = tl.minimum(T - t0, BT)
+    o_t = tl.arange(0, BT)
+    return bos, T, t0, n_valid, o_t, o_t < n_valid
+
+
+@triton.jit
+def _state_offsets(o_k, o_v, K: tl.constexpr, V: tl.constexpr, V_FIRST: tl.constexpr):
+    """Element offsets of the [len(o_k), len(o_v)] block (rows o_k, columns o_v) of one [K, V] state, stored
+    [V, K] if V_FIRST."""
+    if V_FIRST:
+        off = o_v[None, :] * K + o_k[:, None]
+    else:
+        off = o_k[:, None] * V + o_v[None, :]
+    return off
+
+
+@triton.jit
+def _finite_or_zero(x):
+    """Non-finite entries (NaN, +-inf) -> 0. Applied to operands whose rows past t may hold an overflowed future
+    (an exploding recurrence) before a full-matrix product, where 0 * inf would leak NaN into rows <= t."""
+    return tl.where(tl.abs(x) < 3.0e38, x, 0.0)
