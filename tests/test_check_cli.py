@@ -310,6 +310,8 @@ def test_main_bad_baseline_is_a_usage_error(tmp_path, monkeypatch):
 _BAD_ARGV = {
     "quick-and-full": ["--quick", "--full"],
     "arch-without-portability": ["--arch", "89"],
+    "all-without-portability": ["--all"],
+    "arch-and-all": ["--portability", "--arch", "89", "--all"],
     "portability-filter": ["--portability", "--filter", "x"],
     "portability-fwd-only": ["--portability", "--fwd-only"],
     "portability-no-fla": ["--portability", "--no-fla"],
@@ -328,9 +330,10 @@ def test_main_rejects_bad_arguments(argv):
     assert exc.value.code == cli.USAGE_ERROR
 
 
-def test_portability_main_rejects_bad_arch():
+@pytest.mark.parametrize("argv", [["--arch", "80,91"], ["--arch", "89", "--all"]], ids=["unknown", "with-all"])
+def test_portability_main_rejects_bad_arch(argv):
     with pytest.raises(SystemExit) as exc:
-        cli.portability_main(["--arch", "80,91"])
+        cli.portability_main(argv)
     assert exc.value.code == cli.USAGE_ERROR
 
 
@@ -381,6 +384,48 @@ def test_portability_passes_jobs(monkeypatch, capsys, argv, jobs):
     expected = default_jobs() if jobs == "default" else jobs
     assert calls == [(compile_specs, (89,), expected)]
     assert capsys.readouterr().out.startswith("kda-portability: compiling for sm_89 in ")
+
+
+def _no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def _gpu(monkeypatch, capability):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+
+
+_ARCH_CHOICES = {  # (GPU compute capability or None, argv) -> architectures compiled, one call each
+    "no-gpu-default": (None, [], (89, 90)),
+    "no-gpu-all": (None, ["--all"], (80, 86, 89, 90, 100, 120)),
+    "no-gpu-arch": (None, ["--arch", "120,80"], (120, 80)),
+    "h100-default": ((9, 0), [], (90,)),
+    "rtx4090-default": ((8, 9), [], (89,)),
+    "b200-default": ((10, 0), [], (100,)),
+    "unsupported-gpu-default": ((7, 5), [], (89, 90)),
+    "h100-arch": ((9, 0), ["--arch", "86"], (86,)),
+    "h100-all": ((9, 0), ["--all"], (80, 86, 89, 90, 100, 120)),
+}
+
+
+@pytest.mark.parametrize(("capability", "argv", "archs"), list(_ARCH_CHOICES.values()), ids=list(_ARCH_CHOICES))
+def test_portability_architectures(monkeypatch, capsys, capability, argv, archs):
+    _no_gpu(monkeypatch) if capability is None else _gpu(monkeypatch, capability)
+    calls = _fake_portability(monkeypatch, lambda: [_portability_row()])
+    assert cli.portability_main([*argv, "--jobs", "2"]) == 0
+    assert calls == [(compile_specs, (arch,), 2) for arch in archs]
+    out, err = capsys.readouterr()
+    assert out.startswith(f"kda-portability: compiling for {', '.join(f'sm_{a}' for a in archs)} in 2 worker ")
+    progress = [line for line in err.splitlines() if line.startswith("kda-portability [")]
+    n = len(archs)
+    assert progress == [line for i, a in enumerate(archs, 1) for line in (
+        f"kda-portability [{i}/{n}] sm_{a}: compiling",
+        f"kda-portability [{i}/{n}] sm_{a}: 1 configurations, 0 failed, 0 s")]
+
+
+def test_default_archs_without_a_gpu(monkeypatch):
+    _no_gpu(monkeypatch)
+    assert cli.default_archs() == cli.DEFAULT_ARCHS == (89, 90)
 
 
 def test_portability_interrupted_exits_130(monkeypatch, capsys):

@@ -1,5 +1,5 @@
 """Command line: `kda-check` (numerical regression against the fp64 oracle) and `kda-portability` (ahead-of-time
-compiles for every supported NVIDIA architecture).
+compiles for the CUDA GPU's architecture, sm_89 and sm_90 without one, or any of the six supported ones).
 
 Exit codes: 0 all rows pass, 1 a row fails (tolerance, NaN, error, baseline regression, shared-memory limit) or the
 portability workers could not start, 2 bad usage (bad arguments, unreadable baseline, a filter that matches nothing),
@@ -34,11 +34,15 @@ from triton_kda.check.runner import Backend, Row, available_backends, check_conf
 from triton_kda.check.table import build_table, compare_with_fla, exit_code, render, worse_than_fla, write_outputs
 from triton_kda.specs import compile_specs
 
-__all__ = ["build_parser", "main", "parse_archs", "parse_jobs", "portability_main", "report", "run_grid"]
+__all__ = ["build_parser", "default_archs", "main", "parse_archs", "parse_jobs", "portability_main", "report",
+           "run_grid"]
 
 USAGE_ERROR = 2
 INTERRUPTED = 130
-_ARCH_HELP = f"compute capabilities, comma-separated (default {','.join(map(str, ARCHS))})"
+DEFAULT_ARCHS = (89, 90)  # without a CUDA GPU (or on one outside ARCHS): the two CI compiles
+_ARCH_HELP = ("compute capabilities, comma-separated, among " + ",".join(map(str, ARCHS))
+              + " (default: the CUDA GPU's; without one " + ",".join(map(str, DEFAULT_ARCHS)) + ")")
+_ALL_HELP = "all of " + ",".join(map(str, ARCHS)) + " (about 30 minutes on 2 cores)"
 _JOBS_HELP = "compile in N worker processes (default: the CPU count, here {}); 1 compiles in this process"
 _CHECK_ONLY = ("quick", "full", "fwd_only", "filter", "baseline", "save_baseline", "list", "no_fla", "fla_all")
 
@@ -56,6 +60,16 @@ def parse_archs(text: str) -> tuple[int, ...]:
     return archs
 
 
+def default_archs() -> tuple[int, ...]:
+    """What `kda-portability` compiles for without --arch/--all: the CUDA GPU's compute capability when it is among
+    ARCHS, else DEFAULT_ARCHS. Asks the driver, so call it when the command runs, not at import."""
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        if 10 * major + minor in ARCHS:
+            return (10 * major + minor,)
+    return DEFAULT_ARCHS
+
+
 def parse_jobs(text: str) -> int:
     """"4" -> 4: the number of portability worker processes, a positive integer."""
     try:
@@ -71,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kda-check",
         description="Check every available chunk_kda backend against the fp64 oracle (forward and backward), "
-        "or with --portability compile every kernel configuration for sm_80..sm_120.",
+        "or with --portability compile every kernel configuration for the GPU's architecture (--all: sm_80..sm_120).",
     )
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="tiny grid for the CPU interpreter (default without CUDA)")
@@ -90,8 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fail rows whose errors grew more than 2x over FILE (above a small absolute floor)")
     p.add_argument("--portability", action="store_true",
                    help="compile every kernel configuration ahead of time instead (same as kda-portability)")
-    p.add_argument("--arch", type=parse_archs, metavar="LIST",
-                   help=f"with --portability: {_ARCH_HELP}")
+    archs = p.add_mutually_exclusive_group()
+    archs.add_argument("--arch", type=parse_archs, metavar="LIST", help=f"with --portability: {_ARCH_HELP}")
+    archs.add_argument("--all", action="store_true", help=f"with --portability: {_ALL_HELP}")
     p.add_argument("--jobs", type=parse_jobs, metavar="N",
                    help="worker processes: with --portability " + _JOBS_HELP.format(default_jobs()) + "; else "
                    f"configurations checked at once on the GPU (default {_gpu_jobs()}: first calls compile for "
@@ -217,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         if given:
             parser.error(f"{', '.join(given)} cannot be combined with --portability")
         return _portability(args, argv)
-    if args.arch is not None:
-        parser.error("--arch applies to --portability only")
+    if args.arch is not None or args.all:
+        parser.error(f"{'--arch' if args.arch is not None else '--all'} applies to --portability only")
 
     cuda = torch.cuda.is_available()
     configs = _select(args, cuda)
@@ -250,11 +265,20 @@ def main(argv: list[str] | None = None) -> int:
 def _portability(args: argparse.Namespace, argv: list[str]) -> int:
     if _interpreting():
         return _rerun(argv, interpret=False)
-    archs, jobs = args.arch or ARCHS, args.jobs or default_jobs()
+    archs = ARCHS if args.all else args.arch or default_archs()
+    jobs = args.jobs or default_jobs()
     print(f"kda-portability: compiling for {', '.join(f'sm_{a}' for a in archs)} in "
           f"{'this process' if jobs == 1 else f'{jobs} worker processes'}", flush=True)
+    rows = []
     try:
-        rows = check_portability(compile_specs, archs, jobs=jobs)
+        for i, arch in enumerate(archs, 1):  # one call per arch, so that a log shows how far it got
+            start = time.perf_counter()
+            print(f"kda-portability [{i}/{len(archs)}] sm_{arch}: compiling", file=sys.stderr, flush=True)
+            arch_rows = check_portability(compile_specs, (arch,), jobs=jobs)
+            failed = sum(not r.passed for r in arch_rows)
+            print(f"kda-portability [{i}/{len(archs)}] sm_{arch}: {len(arch_rows)} configurations, {failed} failed, "
+                  f"{time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+            rows += arch_rows
     except KeyboardInterrupt:
         print("kda-portability: interrupted; no table written", file=sys.stderr)
         return INTERRUPTED
@@ -268,13 +292,14 @@ def _portability(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def portability_main(argv: list[str] | None = None) -> int:
-    """`kda-portability [--arch 89,90] [--jobs N] [--out DIR]`: same as `kda-check --portability`."""
+    """`kda-portability [--arch 89,90 | --all] [--jobs N] [--out DIR]`: same as `kda-check --portability`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="kda-portability", description=(
         "Compile every kernel launch configuration the dispatcher can pick, for each architecture, and check "
         "shared memory against its limit; report registers and spills from ptxas."))
-    parser.add_argument("--arch", type=parse_archs, default=ARCHS, metavar="LIST",
-                        help=_ARCH_HELP)
+    archs = parser.add_mutually_exclusive_group()
+    archs.add_argument("--arch", type=parse_archs, metavar="LIST", help=_ARCH_HELP)
+    archs.add_argument("--all", action="store_true", help=_ALL_HELP)
     parser.add_argument("--jobs", type=parse_jobs, metavar="N", help=_JOBS_HELP.format(default_jobs()))
     parser.add_argument("--out", metavar="DIR", type=Path, help="also write DIR/kda-portability.csv and .json")
     parser.parse_args(argv)
