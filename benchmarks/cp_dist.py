@@ -224,7 +224,7 @@ def oracle(d: dict, do, dht, *, backward: bool) -> dict:
 
 
 def tolerances() -> tuple[float, float]:
-    from benchmarks.run import BWD_TOL, FWD_TOL
+    from benchmarks.checks import BWD_TOL, FWD_TOL
 
     return FWD_TOL["bf16"], BWD_TOL["bf16"]
 

@@ -34,9 +34,11 @@ from pathlib import Path
 import torch
 
 from benchmarks import decode
+from benchmarks.cli import csv_choice, log, positive_int, require_cuda
+from benchmarks.provenance import provenance
 from benchmarks.report import cell, markdown_table
-from benchmarks.run import csv_choice, cuda_timer, log, measure_ceilings, positive_int, provenance, require_cuda
 from benchmarks.suites import DECODE_SLOTS, FLAG_SETS, Shape
+from benchmarks.timing import cuda_timer, measure_ceilings
 
 SPEEDUP_TARGET = 1.2
 FLOOR_TARGET = 1.5

@@ -12,7 +12,7 @@
      a backward that raises NotImplementedError is reported as unsupported, not as a failure;
    - ``repeat``: the same call twice gives bit-identical outputs (and gradients);
    - ``causality``: replacing every token after t leaves the outputs at tokens <= t bit-identical.
-2. Timings of ours and fla (``benchmarks.run.bench_case``: same inputs, oracle-gated, do_bench medians) on
+2. Timings of ours and fla (``benchmarks.cases.bench_case``: same inputs, oracle-gated, do_bench medians) on
    ``--shapes``; a shape is skipped once ``--budget-s`` seconds have passed, so the call ends in time even when
    fla autotunes for minutes (the default shapes share H, so fla tunes once).
 Writes ``gpu_check.jsonl``, ``gpu_check.md`` (and plots when matplotlib is there) under --out, default $OUT,
@@ -31,25 +31,13 @@ from pathlib import Path
 import torch
 
 from benchmarks import model, report, tune_cache
-from benchmarks.run import (
-    BWD_TOL,
-    FWD_TOL,
-    TORCH_DTYPES,
-    JsonlWriter,
-    bench_case,
-    csv_choice,
-    cuda_timer,
-    describe,
-    fmt,
-    load_impls,
-    log,
-    measure_ceilings,
-    passes,
-    positive_int,
-    provenance,
-    require_cuda,
-)
+from benchmarks.cases import TORCH_DTYPES, bench_case, describe
+from benchmarks.checks import BWD_TOL, FWD_TOL, passes
+from benchmarks.cli import JsonlWriter, csv_choice, fmt, log, positive_int, require_cuda
+from benchmarks.impls import load_impls
+from benchmarks.provenance import provenance
 from benchmarks.suites import FLAG_SETS, parse_shape, resolve_flags
+from benchmarks.timing import cuda_timer, measure_ceilings
 
 DEFAULT_SHAPES = "B2-T8192-H32,B8-T2048-H32"
 TOKEN_ARGS = ("q", "k", "v", "g", "beta")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import decode, decode_check, gpu_check, model, report, run
+from benchmarks import cases, checks, cli, decode, decode_check, gpu_check, model, provenance, report, run
 from benchmarks.suites import (
     FLAG_SETS,
     SUITES,
@@ -228,7 +228,7 @@ def test_no_cuda_exit_code_of_the_module():
 def test_cold_start_runs_a_child_and_records_its_answer(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the child finds no GPU and answers with a tagged error line
     args = run.build_parser().parse_args(["--cold-start", "--impl", "triton", "--suite", "kimi", "--flags", "pregated"])
-    writer = run.JsonlWriter(tmp_path / "cold.jsonl")
+    writer = cli.JsonlWriter(tmp_path / "cold.jsonl")
     run.run_cold_start(args, {"gpu": "test"}, writer)
     (row,) = report.load_rows([writer.path])
     assert (row["kind"], row["impl"], row["shape"], row["flags"], row["gpu"]) == (
@@ -240,29 +240,29 @@ def test_cold_start_runs_a_child_and_records_its_answer(tmp_path, monkeypatch):
 
 def test_rotation_count():
     l2 = 50 * 10**6
-    assert run.rotation_count(1 * 10**6, l2, 10**12) == 8  # small sets: capped at 8
-    assert run.rotation_count(60 * 10**6, l2, 10**12) == 3  # 3 x L2 / 60 MB -> 3
-    assert run.rotation_count(10**9, l2, 10**12) == 2  # large sets: still two
-    assert run.rotation_count(10**9, l2, 10**9) == 1  # memory budget wins
-    assert run.rotation_count(10**9, l2, 10) == 1
+    assert cases.rotation_count(1 * 10**6, l2, 10**12) == 8  # small sets: capped at 8
+    assert cases.rotation_count(60 * 10**6, l2, 10**12) == 3  # 3 x L2 / 60 MB -> 3
+    assert cases.rotation_count(10**9, l2, 10**12) == 2  # large sets: still two
+    assert cases.rotation_count(10**9, l2, 10**9) == 1  # memory budget wins
+    assert cases.rotation_count(10**9, l2, 10) == 1
 
 
 def test_first_sequence_and_small_case():
     fixed = Shape(B=2, T=3000, H=2, HV=4)
-    assert run.first_sequence(fixed, 1024) == (0, 1024)
+    assert checks.first_sequence(fixed, 1024) == (0, 1024)
     varlen = Shape(B=1, T=20, H=1, HV=1, seqlens=(0, 0, 12, 8))
-    assert run.first_sequence(varlen, 1024) == (0, 12)
-    assert run.first_sequence(Shape(B=1, T=20, H=1, HV=1, seqlens=(0, 20)), 5) == (0, 5)
-    small = run.small_case(Shape(B=1, T=5000, H=4, HV=8, K=64, V=32, seqlens=(5000,), dtype="fp16"))
+    assert checks.first_sequence(varlen, 1024) == (0, 12)
+    assert checks.first_sequence(Shape(B=1, T=20, H=1, HV=1, seqlens=(0, 20)), 5) == (0, 5)
+    small = checks.small_case(Shape(B=1, T=5000, H=4, HV=8, K=64, V=32, seqlens=(5000,), dtype="fp16"))
     assert (small.B, small.T, small.H, small.HV, small.K, small.V, small.seqlens, small.dtype) == (
-        1, run.GRAD_CHECK_TOKENS, 4, 8, 64, 32, (run.GRAD_CHECK_TOKENS,), "fp16")
-    assert run.small_case(fixed).seqlens is None
+        1, checks.GRAD_CHECK_TOKENS, 4, 8, 64, 32, (checks.GRAD_CHECK_TOKENS,), "fp16")
+    assert checks.small_case(fixed).seqlens is None
 
 
 def test_jsonl_writer_appends(tmp_path):
-    path = run.output_path(tmp_path / "o", "bench-standard")
+    path = cli.output_path(tmp_path / "o", "bench-standard")
     assert path.name.startswith("bench-standard-") and path.suffix == ".jsonl"
-    writer = run.JsonlWriter(path)
+    writer = cli.JsonlWriter(path)
     writer.write([{"a": 1}])
     writer.write([{"a": 2}, {"a": float("nan")}])
     rows = report.load_rows([path])
@@ -312,7 +312,7 @@ def test_bench_case_checks_then_times(capsys):
     context = {"gpu": "test", "copy_tbps": 3.0, "matmul_tflops": 680.0}
     impls = {"triton": oracle_impl, "fla": oracle_impl, "zeros": zeros_impl, "raising": raising_impl,
              "fwdonly": forward_only_impl, "absent": "absent not importable: ImportError: no module"}
-    rows = run.bench_case("t", shape, FLAG_SETS["kimi"], impls, ["fwd", "fwdbwd"], device=CPU, timer=timer,
+    rows = cases.bench_case("t", shape, FLAG_SETS["kimi"], impls, ["fwd", "fwdbwd"], device=CPU, timer=timer,
                           context=context)
     by = {(r["impl"], r["mode"]): r for r in rows}
     assert len(rows) == 12
@@ -325,11 +325,12 @@ def test_bench_case_checks_then_times(capsys):
         assert by["zeros", mode]["status"] == "refused" and "forward check" in by["zeros", mode]["reason"]
         assert by["raising", mode]["status"] == "error" and "kernel launch failed" in by["raising", mode]["reason"]
         assert by["absent", mode]["status"] == "skipped"
-    assert by["triton", "fwdbwd"]["grad_rel_rmse"] < 1e-6 and by["triton", "fwdbwd"]["grad_tol"] == run.BWD_TOL["fp32"]
+    assert by["triton", "fwdbwd"]["grad_rel_rmse"] < 1e-6
+    assert by["triton", "fwdbwd"]["grad_tol"] == checks.BWD_TOL["fp32"]
     assert by["fwdonly", "fwd"]["status"] == "ok"
     assert by["fwdonly", "fwdbwd"]["status"] == "unsupported"
     assert by["fwdonly", "fwdbwd"]["reason"] == "NotImplementedError: no backward here"
-    assert all(run.describe(r) for r in rows)
+    assert all(cases.describe(r) for r in rows)
     assert "[warm-up] triton" in capsys.readouterr().out
 
 
@@ -348,7 +349,7 @@ def test_bench_case_refuses_wrong_gradients():
         return WrongGrad.apply(o), ht
 
     shape = Shape(B=1, T=20, H=1, HV=1, K=8, V=8, seqlens=(5, 15), dtype="fp32")
-    rows = run.bench_case("t", shape, FLAG_SETS["pregated"], {"triton": impl}, ["fwdbwd"], device=CPU,
+    rows = cases.bench_case("t", shape, FLAG_SETS["pregated"], {"triton": impl}, ["fwdbwd"], device=CPU,
                           timer=lambda fn: (1.0, 1.0, 1.0), context={})
     assert rows[0]["status"] == "refused" and "gradient check" in rows[0]["reason"]
     assert rows[0]["grad_rel_rmse"] == pytest.approx(1.0)
@@ -452,7 +453,7 @@ def test_markdown_table_and_cells():
 
 def test_render_markdown_from_jsonl(tmp_path):
     path = tmp_path / "rows.jsonl"
-    run.JsonlWriter(path).write(fake_rows())
+    cli.JsonlWriter(path).write(fake_rows())
     text = report.render_markdown(report.load_rows([path]), ["note"])
     assert "4 timed rows, 1 not timed, 1 cold starts, 1 other rows" in text
     assert "| kimi | B1-T8192-H32-HV32-K128-V128 | kimi | bf16 | fwd | triton | 0.900 | 2.000 | 2.22 |" in text
@@ -493,12 +494,10 @@ def test_report_plots_with_matplotlib(tmp_path):
 
 
 def test_git_sha_override(monkeypatch):
-    from benchmarks import run
-
     monkeypatch.setenv("KDA_GIT_SHA", "abc123")
-    assert run.git_sha() == "abc123"
+    assert provenance.git_sha() == "abc123"
     monkeypatch.delenv("KDA_GIT_SHA")
-    assert run.git_sha() != "abc123"
+    assert provenance.git_sha() != "abc123"
 
 
 def test_time_vs_t_groups():

@@ -11,7 +11,8 @@ from collections import defaultdict
 sys.path.insert(0, os.getcwd())
 import torch  # noqa: E402
 
-from benchmarks.run import forced_backend, make_case_inputs  # noqa: E402
+from benchmarks.cases import make_case_inputs  # noqa: E402
+from benchmarks.impls import forced_backend  # noqa: E402
 from benchmarks.suites import FLAG_SETS, Shape  # noqa: E402
 from triton_kda import chunk_kda  # noqa: E402
 

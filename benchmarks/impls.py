@@ -1,0 +1,55 @@
+"""The implementations under test: each one's ``chunk_kda`` by name, imported on demand."""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from benchmarks.cli import log
+
+IMPLS = ("triton", "fla", "sm90")
+DEFAULT_IMPLS = ("triton", "fla")
+
+
+def forced_backend(chunk_kda: Callable, backend: str) -> Callable:
+    """``chunk_kda`` with ``TRITON_KDA_BACKEND`` set to ``backend`` for each call ("triton": the Triton path even
+    where a compiled backend would take the call; "sm90": the CUDA forward). A call the backend declines raises
+    NotImplementedError, so its rows say "unsupported" with the verifier's reason."""
+    from cuda_fast import ENV_VAR, BackendDeclined
+
+    def call(**kwargs):
+        previous = os.environ.get(ENV_VAR)
+        os.environ[ENV_VAR] = backend
+        try:
+            return chunk_kda(**kwargs)
+        except BackendDeclined as exc:
+            raise NotImplementedError(str(exc)) from exc
+        finally:
+            if previous is None:
+                del os.environ[ENV_VAR]
+            else:
+                os.environ[ENV_VAR] = previous
+
+    return call
+
+
+def load_impls(names: list[str]) -> dict[str, Callable | str]:
+    """Implementation name -> its ``chunk_kda``, or a sentence saying why it cannot be imported. "triton" and
+    "sm90" are triton_kda's ``chunk_kda`` with that backend forced."""
+    impls: dict[str, Callable | str] = {}
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            if name in ("triton", "sm90"):
+                from triton_kda import chunk_kda
+
+                chunk_kda = forced_backend(chunk_kda, name)
+            else:
+                from fla.ops.kda import chunk_kda
+        except Exception as exc:  # a missing package or an incompatible install: reported in the rows, not fatal
+            impls[name] = f"{name} not importable: {type(exc).__name__}: {exc}"
+            log(impls[name])
+            continue
+        impls[name] = chunk_kda
+        log(f"imported {name} chunk_kda in {time.perf_counter() - t0:.1f} s")
+    return impls
