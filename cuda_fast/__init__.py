@@ -1,34 +1,13 @@
-"""Compiled CUDA backends for triton-kda, chosen per call by a registry; the Triton path is the fallback.
+"""Compiled CUDA backends for triton-kda; `triton_kda.backends` registers ``BACKENDS`` the first time it chooses one.
 
-Registered: ``sm90`` (cuda_fast/sm90.py), the CUDA forward for inference on sm_90a and sm_100a. Importing this
+``BACKENDS``: ``sm90`` (cuda_fast/sm90.py), the CUDA forward for inference on sm_90a and sm_100a. Importing this
 package compiles, loads and probes nothing: a backend's library is built the first time it is chosen.
+``ENV_VAR`` and ``BackendDeclined`` are `triton_kda.backends`' own, re-exported for callers that force a backend.
 """
 
-from cuda_fast import sm90  # noqa: F401  (registers the backend; builds nothing)
-from cuda_fast.registry import (
-    ENV_VAR,
-    Backend,
-    BackendDeclined,
-    Registry,
-    ReportEntry,
-    Selection,
-    backend_report,
-    clear_backend_report,
-    register,
-    registered,
-    select,
-)
+from cuda_fast import sm90
+from triton_kda.backends import ENV_VAR, BackendDeclined
 
-__all__ = [
-    "ENV_VAR",
-    "Backend",
-    "BackendDeclined",
-    "Registry",
-    "ReportEntry",
-    "Selection",
-    "backend_report",
-    "clear_backend_report",
-    "register",
-    "registered",
-    "select",
-]
+BACKENDS = (sm90.BACKEND,)
+
+__all__ = ["BACKENDS", "ENV_VAR", "BackendDeclined"]

@@ -20,8 +20,12 @@ from typing import NamedTuple
 
 import torch
 
-from cuda_fast.registry import Backend, register
 from cuda_fast.targets import CAPABILITY_TARGETS
+from triton_kda.backends import Backend
+from triton_kda.chunk_fwd import plan_chunks
+from triton_kda.configs import sm_count
+from triton_kda.gate import gate_mode
+from triton_kda.state_cp import piece_chunks
 
 NAME = "sm90"
 OP = "chunk_kda_fwd"
@@ -73,8 +77,6 @@ def verify(args: dict) -> tuple[bool, str]:
 
 def _triton_splits(args: dict) -> bool:
     """Whether the Triton path would split this call's sequences into pieces (triton_kda.state_cp's planner)."""
-    from triton_kda.state_cp import piece_chunks
-
     seqlens = args["seqlens_cpu"]
     lens = tuple((seqlens[1:] - seqlens[:-1]).tolist()) if seqlens is not None else (args["T"],) * args["B"]
     return piece_chunks(lens, args["chunk_size"], args["HV"], D, D, 2, args["q"].device) > 0
@@ -88,8 +90,6 @@ def block_v(N: int, HV: int, device: torch.device) -> int:
         if forced not in ("32", "64"):
             raise ValueError(f"{BLOCK_V_ENV} must be 32 or 64, got {forced!r}")
         return int(forced)
-    from triton_kda.configs import sm_count
-
     return 64 if N * HV * (D // 64) >= sm_count(device) else 32
 
 
@@ -145,9 +145,6 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
 
     ``out`` / ``final_state`` may be given (tests pass NaN-filled buffers to catch unwritten elements);
     ``poison_workspace`` fills the intermediate workspaces with NaN first (tests)."""
-    from triton_kda.chunk_fwd import plan_chunks  # triton_kda imports cuda_fast: import at call time
-    from triton_kda.gate import gate_mode
-
     B, T, HV, V = v.shape
     dev = q.device
     cc = torch.cuda.get_device_capability(dev)
@@ -206,4 +203,3 @@ BACKEND = Backend(
     name=NAME, ops={OP}, capabilities=frozenset(CAPABILITY_TARGETS), priority=10, env_switch=ENV_SWITCH,
     verifiers={OP: verify}, loader=_load,
 )
-register(BACKEND)

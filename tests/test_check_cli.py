@@ -568,7 +568,7 @@ def test_backend_only_restricts_its_configs():
 
 
 def test_registered_cuda_backends_join_where_the_capability_fits(monkeypatch):
-    from cuda_fast import Backend as CudaBackend
+    from triton_kda.backends import Backend as CudaBackend
     from triton_kda.check import runner
 
     def compiled(name, capabilities):
@@ -587,7 +587,7 @@ def test_registered_cuda_backends_join_where_the_capability_fits(monkeypatch):
 
 
 def test_a_backend_that_declines_a_config_gives_no_rows():
-    from cuda_fast import BackendDeclined
+    from triton_kda.backends import BackendDeclined
 
     def declines(**kw):
         raise BackendDeclined("TRITON_KDA_BACKEND=sm90 forces backend 'sm90', which cannot take this call: K > 128")

@@ -7,12 +7,11 @@ import shutil
 import pytest
 import torch
 
-import cuda_fast
 from cuda_fast import build, sm90
-from cuda_fast.registry import ENV_VAR, BackendDeclined, Registry, Selection
 from reference.kda import kda_chunk, kda_recurrent
 from tests.utils import assert_close, case_id, make_inputs
-from triton_kda import chunk_kda
+from triton_kda import backends, chunk_kda
+from triton_kda.backends import ENV_VAR, BackendDeclined, Registry, Selection
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
 on_target = torch.cuda.is_available() and torch.cuda.get_device_capability() in sm90.CAPABILITY_TARGETS
@@ -35,13 +34,13 @@ def _prepare(d: dict, **extra):
         seen["args"] = args
         return Selection("record", record, "test")
 
-    original = cuda_fast.select
-    cuda_fast.select = select
+    original = backends.select
+    backends.select = select
     try:
         with pytest.raises(Recorded):
             chunk_kda(**d, **extra)
     finally:
-        cuda_fast.select = original
+        backends.select = original
     return seen["p"], seen["flags"], seen["args"]
 
 
@@ -121,7 +120,7 @@ def test_verifier_declines_fp16_gate_and_misaligned_inputs():
 
 
 def test_registered_for_sm90_and_sm100_and_build_failure_falls_back(monkeypatch):
-    assert sm90.BACKEND in cuda_fast.registered()
+    assert sm90.BACKEND in backends.registered()
     assert sm90.BACKEND.supports((9, 0)) and sm90.BACKEND.supports((10, 0)) and not sm90.BACKEND.supports((8, 9))
 
     def broken(target):
@@ -255,15 +254,15 @@ def test_deterministic_and_strictly_causal():
 def test_auto_dispatch_picks_sm90_for_inference_only(monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
     d = _case_inputs(CASES[0])
-    cuda_fast.clear_backend_report()
+    backends.clear_backend_report()
     with torch.no_grad():
         o, _ = chunk_kda(**d)
-    assert cuda_fast.backend_report()[-1].name == "sm90"
+    assert backends.backend_report()[-1].name == "sm90"
     ref_o, _ = kda_recurrent(**d)
     assert_close("o", o, ref_o, 5e-3)
     g = _case_inputs(CASES[0], requires_grad=True)
     chunk_kda(**g)[0].sum().backward()
-    assert cuda_fast.backend_report()[-1].name == "triton"
+    assert backends.backend_report()[-1].name == "triton"
 
 
 @pytest.mark.gpu

@@ -1,4 +1,4 @@
-"""chunk_kda's use of the cuda_fast registry: a fake backend is served, skipped, bypassed or forced.
+"""chunk_kda's use of the backend registry (triton_kda.backends): a fake backend is served, skipped, bypassed or forced.
 
 Each test swaps in its own registry holding one fake backend, whose injected capability makes the CPU look like an
 sm90 device; the real default registry is restored afterwards. Shapes are tiny: a Triton fallback runs through the
@@ -9,12 +9,11 @@ import logging
 import pytest
 import torch
 
-import cuda_fast
 import triton_kda
-from cuda_fast import ENV_VAR, Backend, Registry, ReportEntry
 from reference.kda import kda_recurrent
 from tests.utils import DEVICE, assert_close, make_inputs
-from triton_kda import chunk_kda
+from triton_kda import backends, chunk_kda
+from triton_kda.backends import ENV_VAR, Backend, Registry, ReportEntry
 
 OP = "chunk_kda_fwd"
 
@@ -46,7 +45,7 @@ def fake(monkeypatch):
     reg = Registry(capability_fn=lambda device: (9, 0))
     reg.register(Backend(name="fake", ops={OP}, capabilities={(9, 0)}, verifiers={OP: backend.verify},
                          loader=lambda: backend.impl))
-    monkeypatch.setattr(cuda_fast.registry, "default_registry", reg)
+    monkeypatch.setattr(backends, "default_registry", reg)
     return backend
 
 
@@ -145,8 +144,8 @@ def test_validation_runs_before_any_backend(fake, monkeypatch, mode):
 
 def test_default_registry_serves_triton(monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
-    cuda_fast.clear_backend_report()
+    backends.clear_backend_report()
     chunk_kda(**_inputs())
     reason = f"no CUDA backend registered for {OP}" if DEVICE == "cuda" else "inputs are on cpu, not a CUDA device"
     assert triton_kda.backend_report() == [ReportEntry("triton", OP, reason)]
-    cuda_fast.clear_backend_report()
+    backends.clear_backend_report()

@@ -1,16 +1,22 @@
-"""cuda_fast registry: selection, fallbacks, forcing, lazy loading, logging and the report, with fake backends.
+"""Backend registry (triton_kda.backends): selection, fallbacks, forcing, lazy loading, provider discovery, logging
+and the report, with fake backends.
 
 Every test builds its own Registry with an injected compute capability, so nothing touches a GPU or the global
-registry (except the module-level API tests: one only reads it, the other swaps in its own for the test).
+registry (except the module-level API tests: one only reads it, the other swaps in its own for the test, and the
+discovery of `cuda_fast`, checked in a fresh interpreter).
 """
 
 import logging
+import subprocess
+import sys
+import types
+from pathlib import Path
 
 import pytest
 import torch
 
-import cuda_fast
-from cuda_fast.registry import ENV_VAR, Backend, Registry, ReportEntry, cuda_capability
+from triton_kda import backends
+from triton_kda.backends import ENV_VAR, Backend, Registry, ReportEntry, cuda_capability
 
 OP = "chunk_kda_fwd"
 CUDA0 = torch.device("cuda", 0)
@@ -39,14 +45,14 @@ def fake(name, priority=0, ops=(OP,), capabilities=((9, 0),), env_switch=None, v
                    loader=loader or default_loader)
 
 
-def registry(*backends, capability=(9, 0), calls=None):
+def registry(*backends, capability=(9, 0), calls=None, providers=()):
     """A Registry whose CUDA devices have `capability` (None: CUDA unavailable) and other devices none, like the
-    default; `calls` (a list) records each capability lookup."""
+    default; `calls` (a list) records each capability lookup; `providers`: package names it discovers."""
     def capability_fn(device):
         if calls is not None:
             calls.append(str(device))
         return capability if device.type == "cuda" else None
-    reg = Registry(capability_fn=capability_fn)
+    reg = Registry(capability_fn=capability_fn, providers=providers)
     for backend in backends:
         reg.register(backend)
     return reg
@@ -274,20 +280,63 @@ def test_register_errors():
 
 
 def test_module_level_api_uses_the_default_registry():
-    cuda_fast.clear_backend_report()
-    sel = cuda_fast.select(OP, {}, torch.device("cpu"))
+    backends.clear_backend_report()
+    sel = backends.select(OP, {}, torch.device("cpu"))
     assert sel == ("triton", None, "inputs are on cpu, not a CUDA device")
-    assert cuda_fast.backend_report() == [ReportEntry("triton", OP, "inputs are on cpu, not a CUDA device")]
-    cuda_fast.clear_backend_report()
-    assert cuda_fast.registered() == cuda_fast.registry.default_registry.registered()
+    assert backends.backend_report() == [ReportEntry("triton", OP, "inputs are on cpu, not a CUDA device")]
+    backends.clear_backend_report()
+    assert backends.registered() == backends.default_registry.registered()
 
 
 def test_module_level_api_follows_a_swapped_default_registry(monkeypatch):
     reg = registry()
-    monkeypatch.setattr(cuda_fast.registry, "default_registry", reg)
-    cuda_fast.register(fake("sm90"))
-    assert [b.name for b in cuda_fast.registered()] == ["sm90"]
-    assert cuda_fast.select(OP, {}, CUDA0).name == "sm90"
-    assert cuda_fast.backend_report() == reg.backend_report() == [ReportEntry("sm90", OP, "sm90 (priority 0): fits")]
-    cuda_fast.clear_backend_report()
+    monkeypatch.setattr(backends, "default_registry", reg)
+    backends.register(fake("sm90"))
+    assert [b.name for b in backends.registered()] == ["sm90"]
+    assert backends.select(OP, {}, CUDA0).name == "sm90"
+    assert backends.backend_report() == reg.backend_report() == [ReportEntry("sm90", OP, "sm90 (priority 0): fits")]
+    backends.clear_backend_report()
     assert reg.backend_report() == []
+
+
+def test_providers_register_their_backends_once_on_first_use(monkeypatch):
+    reg = registry(providers=("fake_provider",))
+    provider = types.ModuleType("fake_provider")
+    provider.BACKENDS = (fake("sm90", priority=10),)
+    monkeypatch.setitem(sys.modules, "fake_provider", provider)  # after the Registry exists: nothing imported yet
+    reg.register(fake("user"))
+    assert [b.name for b in reg.registered()] == ["sm90", "user"]
+    provider.BACKENDS = (fake("sm100"),)
+    assert reg.select(OP, {}, CUDA0).reason == "sm90 (priority 10): fits"
+    assert [b.name for b in reg.registered()] == ["sm90", "user"]
+
+
+@pytest.mark.parametrize("provider, error", [
+    pytest.param(None, "ModuleNotFoundError", id="missing"),
+    pytest.param(types.ModuleType("fake_provider"), "AttributeError", id="no-BACKENDS"),
+])
+def test_failing_provider_means_no_backends(monkeypatch, caplog, provider, error):
+    if provider is None:
+        monkeypatch.delitem(sys.modules, "fake_provider", raising=False)
+    else:
+        monkeypatch.setitem(sys.modules, "fake_provider", provider)
+    reg = registry(providers=("fake_provider",))
+    with caplog.at_level(logging.INFO, logger="triton_kda.backend"):
+        assert reg.select(OP, {}, CUDA0) == ("triton", None, f"no CUDA backend registered for {OP}")
+        assert reg.registered() == ()
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and messages[0].startswith(f"no compiled backends from fake_provider: {error}: ")
+
+
+def test_cuda_fast_is_discovered_on_first_selection_not_at_import():
+    code = ("import sys, torch, triton_kda\n"
+            "from triton_kda import backends\n"
+            "assert 'cuda_fast' not in sys.modules, 'imported by triton_kda'\n"
+            "sel = backends.select('chunk_kda_fwd', {}, torch.device('cpu'))\n"
+            "import cuda_fast\n"
+            "assert backends.registered() == cuda_fast.BACKENDS and backends.PROVIDERS == ('cuda_fast',)\n"
+            "print(sel.name, [b.name for b in backends.registered()])\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip() == "triton ['sm90']"

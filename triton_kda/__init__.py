@@ -6,7 +6,7 @@ tells which backend (a compiled `cuda_fast` one, or Triton) served the last call
 With ``TRITON_KDA_FLA_PLUGIN=1`` importing this package also registers triton_kda as a backend of
 `fla.ops.kda.chunk_kda` once fla's KDA module is imported (`triton_kda.integrations.fla`).
 """
-from cuda_fast import backend_report
+from triton_kda.backends import backend_report
 from triton_kda.chunk import chunk_kda
 from triton_kda.cp import build_cp_context
 from triton_kda.integrations import enable_from_env

@@ -7,8 +7,8 @@ the planning or the launches, so a compiled module calling `chunk_kda` has no gr
 below (chunk plan, intra-card CP plan, backend choice) run when the op runs, on real tensors, once per call (or once
 per CUDA-graph capture).
 
-The forward op first asks the `cuda_fast` registry which backend serves op ``chunk_kda_fwd`` on q's device, passing
-its verifiers the dict built by `_backend_args`. A compiled backend chosen there is called as
+The forward op first asks the backend registry (`triton_kda.backends`) which backend serves op ``chunk_kda_fwd`` on
+q's device, passing its verifiers the dict built by `_backend_args`. A compiled backend chosen there is called as
 
     fn(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, problem, flags)
 
@@ -28,7 +28,7 @@ import typing
 import torch
 from torch import Tensor
 
-import cuda_fast
+from triton_kda import backends
 from triton_kda._validate import KDAProblem, seqlens_on_cpu
 from triton_kda.chunk_bwd import chunk_bwd
 from triton_kda.chunk_fwd import IntraOut, intra_stage, plan_chunks, saved_intermediates, state_fwd, wy_recompute
@@ -112,7 +112,7 @@ def fwd_impl(
                       use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, disable_recompute,
                       return_intermediate_states)
     args = _backend_args(q, k, v, g, beta, initial_state, cu_seqlens, p, flags, grad)
-    backend = cuda_fast.select(BACKEND_OP, args, q.device)
+    backend = backends.select(BACKEND_OP, args, q.device)
     if backend.fn is not None:
         if grad:
             raise RuntimeError(f"cuda_fast backend {backend.name!r} accepted a chunk_kda call that needs a backward; "

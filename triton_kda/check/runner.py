@@ -19,12 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
-from cuda_fast import ENV_VAR as BACKEND_ENV_VAR
-from cuda_fast import BackendDeclined, registered
-from cuda_fast.registry import cuda_capability
 from reference.harness import make_inputs, max_abs, rel_rmse
 from reference.kda import kda_recurrent
 from triton_kda import chunk_kda, fused_recurrent_kda
+from triton_kda.backends import ENV_VAR as BACKEND_ENV_VAR
+from triton_kda.backends import BackendDeclined, cuda_capability, registered
 from triton_kda.check.grid import CheckConfig
 
 __all__ = ["DECODE_MAX_T", "Backend", "Row", "available_backends", "check_config", "failed_rows", "fla_sample",
@@ -140,7 +139,7 @@ def _fla_decode_sample(config: CheckConfig) -> bool:
 def available_backends(device: torch.device, *, fla: bool = True, fla_all: bool = False) -> list[Backend]:
     """Every backend that can run on `device`: our Triton `chunk_kda` always (through the interpreter on CPU), and
     on decode configs our `fused_recurrent_kda` ("recurrent") and the same through an in-place state pool
-    ("recurrent_pool", forward only); each compiled backend of the `cuda_fast` registry that supports the device's
+    ("recurrent_pool", forward only); each compiled backend of `triton_kda.backends` that supports the device's
     compute capability (`chunk_kda` with TRITON_KDA_BACKEND naming it; it gives rows only for the configs it takes);
     and with `fla`, when fla is installed and `device` is a CUDA device, fla's `chunk_kda` as an informational
     backend on the `fla_sample` configs unless `fla_all` (fla autotunes for minutes on every new shape) and fla's

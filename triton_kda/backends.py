@@ -1,5 +1,10 @@
 """Registry of compiled CUDA backends; the portable Triton path is the fallback for every call.
 
+The compiled backends live in the `cuda_fast` package, which depends on triton_kda and lists them in its
+``BACKENDS``; triton_kda never imports it at import time. The default registry imports ``cuda_fast`` once, the first
+time it is asked to register, list or select a backend, and registers its ``BACKENDS`` (before any other backend);
+a missing or broken ``cuda_fast`` only means no compiled backends (logged at INFO).
+
 A backend declares the ops it implements, the compute capabilities it runs on, a priority, an optional environment
 switch, one verifier per op (``verifier(args) -> (ok, reason)``, where ``args`` is the dict of the call's tensors and
 options that the caller builds) and a loader. Nothing is compiled or imported at registration: the loader runs the
@@ -20,6 +25,7 @@ The module-level functions act on ``default_registry`` as it is at call time, so
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections import deque
@@ -34,6 +40,7 @@ ENV_VAR = "TRITON_KDA_BACKEND"
 AUTO = "auto"
 TRITON = "triton"
 REPORT_LENGTH = 32
+PROVIDERS = ("cuda_fast",)
 
 logger = logging.getLogger("triton_kda.backend")
 
@@ -131,11 +138,15 @@ class Registry:
     capability_fn: ``fn(device) -> (major, minor) | None`` for any device type (None: no CUDA backend can run
         there); injectable for tests, which may give a CPU device a capability to route calls to fake backends.
     report_length: how many past selections ``backend_report`` keeps.
+    providers: names of packages whose ``BACKENDS`` are registered, in order, on first use (none by default; the
+        default registry has ``PROVIDERS``).
     """
 
     def __init__(self, capability_fn: Callable[[torch.device], Capability | None] = cuda_capability,
-                 report_length: int = REPORT_LENGTH):
+                 report_length: int = REPORT_LENGTH, providers: tuple[str, ...] = ()):
         self._capability_fn = capability_fn
+        self._providers = tuple(providers)
+        self._discovered = not self._providers
         self._backends: dict[str, Backend] = {}
         self._capabilities: dict[tuple[str, int], Capability | None] = {}
         self._loaded: dict[str, Callable[..., Any]] = {}
@@ -145,6 +156,7 @@ class Registry:
 
     def register(self, backend: Backend) -> None:
         """Add a backend; its loader does not run now. ValueError if the name is taken."""
+        self._discover()
         if not isinstance(backend, Backend):
             raise TypeError(f"register() takes a Backend, got {type(backend).__name__}.")
         if backend.name in self._backends:
@@ -153,6 +165,7 @@ class Registry:
 
     def registered(self) -> tuple[Backend, ...]:
         """The registered backends, in registration order."""
+        self._discover()
         return tuple(self._backends.values())
 
     def backend_report(self) -> list[ReportEntry]:
@@ -168,6 +181,7 @@ class Registry:
         Raises ValueError when ``TRITON_KDA_BACKEND`` names an unknown backend, BackendDeclined (a ValueError) when
         it names one that cannot take the call.
         """
+        self._discover()
         mode = os.environ.get(ENV_VAR, AUTO).strip() or AUTO
         device = torch.device(device)
         if mode == TRITON:
@@ -181,6 +195,20 @@ class Registry:
             raise ValueError(f"{ENV_VAR}={mode!r} names no known backend; expected one of: {known}.")
         self._report.append(ReportEntry(selection.name, op, selection.reason))
         return selection
+
+    def _discover(self) -> None:
+        """Register the ``BACKENDS`` of every provider package, once (a provider that fails to import adds none)."""
+        if self._discovered:
+            return
+        self._discovered = True
+        for name in self._providers:
+            try:
+                provided = tuple(importlib.import_module(name).BACKENDS)
+            except Exception as error:  # a missing or broken provider only means no compiled backends from it
+                logger.info("no compiled backends from %s: %s: %s", name, type(error).__name__, error)
+                continue
+            for backend in provided:
+                self.register(backend)
 
     def _auto(self, op: str, args: dict, device: torch.device) -> Selection:
         unavailable = self._device_problem(device)
@@ -260,7 +288,7 @@ class Registry:
             logger.info("backend %s rejected for %s: %s", name, op, reason)
 
 
-default_registry = Registry()
+default_registry = Registry(providers=PROVIDERS)
 
 
 def register(backend: Backend) -> None:
