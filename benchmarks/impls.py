@@ -15,7 +15,7 @@ def forced_backend(chunk_kda: Callable, backend: str) -> Callable:
     """``chunk_kda`` with ``TRITON_KDA_BACKEND`` set to ``backend`` for each call ("triton": the Triton path even
     where a compiled backend would take the call; "sm90": the CUDA forward). A call the backend declines raises
     NotImplementedError, so its rows say "unsupported" with the verifier's reason."""
-    from cuda_fast import ENV_VAR, BackendDeclined
+    from triton_kda.backends import ENV_VAR, BackendDeclined
 
     def call(**kwargs):
         previous = os.environ.get(ENV_VAR)
