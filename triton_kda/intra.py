@@ -1,5 +1,6 @@
-"""Intra-chunk stage, forward and backward: gate cumsum (gate.py), l2norm, beta, Aqk, (I + L)^-1 and the WY factors, one
-(chunk, v-head).
+"""Intra-chunk stage, forward and backward. The forward (one program per chunk and v-head) forms, from the gate cumsum
+(gate.py), l2norm and beta: Aqk, (I + L)^-1 and the WY factors; the backward (`_kda_intra_bwd_kernel`) their
+gradients per 16-row block, with the gate gradient's per-row terms that gate.py sums.
 
 Per chunk (G = inclusive cumsum of the gate in log2 units, scale folded into Aqk and qg):
     Aqk[i,j] = scale * sum_d q_id k_jd 2^(G_id - G_jd)            j <= i
