@@ -214,8 +214,9 @@ def whole_call_rows(name, B, T, H, seqlens, rows: list) -> dict[str, tuple[float
 def state_rows(name, B, T, H, seqlens, rows: list, deadline: float) -> float:
     """The intra stage alone (no CP in it), then the state stage alone (forward as in inference, reverse as in
     training), serial vs auto, then a sweep. Returns the intra stage's forward ms."""
-    from triton_kda.chunk_fwd import intra_fwd, plan_chunks, state_fwd
-    from triton_kda.state import state_bwd
+    from triton_kda.chunk_fwd import plan_chunks
+    from triton_kda.intra import intra_fwd
+    from triton_kda.state import state_bwd, state_fwd
 
     d = make(B, T, H, seqlens, torch.bfloat16)
     plan = plan_chunks(B, T, BT, torch.device("cuda"), d.get("cu_seqlens_cpu"))

@@ -210,12 +210,12 @@ GPU_TABLE_CASES = [
 def test_gpu_launch_table_through_interpreter(params, monkeypatch):
     """The sm_90 launch table's tiles (32 wide at least, so padded and masked for K, V < 32) give the oracle's
     gradients (through the recomputed forward); on this machine the kernels still run through the interpreter."""
-    import triton_kda.chunk_fwd
     import triton_kda.intra
     import triton_kda.state
     import triton_kda.state_cp
+    import triton_kda.wy
 
-    for module in (triton_kda.chunk_fwd, triton_kda.intra, triton_kda.state, triton_kda.state_cp):
+    for module in (triton_kda.intra, triton_kda.state, triton_kda.state_cp, triton_kda.wy):
         monkeypatch.setattr(module, "arch_of", lambda device: 90)
     d, chunk_size, _ = _inputs(params, torch.float32, seed=7)
     do, dht = _cotangents(d, seed=7)

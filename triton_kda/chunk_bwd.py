@@ -11,13 +11,13 @@ from typing import NamedTuple
 
 import torch
 
-from triton_kda.chunk_fwd import ChunkPlan, IntraOut
+from triton_kda.chunk_fwd import ChunkPlan
 from triton_kda.configs import bwd_precision_of, precision_of
 from triton_kda.gate import gate_cumsum, gate_mode
 from triton_kda.intra import intra_bwd
 from triton_kda.qk import qk_bwd
 from triton_kda.state import state_bwd
-from triton_kda.wy import wy_bwd
+from triton_kda.wy import IntraOut, wy_bwd
 
 
 class ChunkGrads(NamedTuple):

@@ -45,15 +45,16 @@ import triton
 
 from triton_kda._validate import KDAProblem, check_group, seqlens_on_cpu
 from triton_kda.chunk_bwd import chunk_bwd
-from triton_kda.chunk_fwd import IntraOut, intra_stage, plan_chunks, saved_intermediates, state_fwd, wy_recompute
+from triton_kda.chunk_fwd import intra_stage, plan_chunks, saved_intermediates
 from triton_kda.configs import _kpad, arch_of, cp_config, precision_of
-from triton_kda.state import grad_state_dtype
+from triton_kda.state import grad_state_dtype, state_fwd
 from triton_kda.state_cp import (
     _kda_state_cp_bwd_chain_kernel,
     _kda_state_cp_bwd_map_kernel,
     _kda_state_cp_fwd_chain_kernel,
     _kda_state_cp_fwd_map_kernel,
 )
+from triton_kda.wy import IntraOut, wy_recompute
 
 LAYOUTS = ("contiguous", "zigzag")
 

@@ -18,6 +18,7 @@ For columns j < a both factors are <= 1. Inside the diagonal block the second fa
 G_a - G_i <= RANGE_MAX for every channel (always true for safe gates in [-5, 0)). Rows whose range exceeds it take
 an exact per-column evaluation instead; the choice depends on tokens <= i only.
 """
+import math
 from typing import NamedTuple
 
 import torch
@@ -29,10 +30,13 @@ from triton_kda.configs import (
     arch_of,
     intra_bwd_candidates,
     intra_bwd_config,
+    intra_candidates,
+    intra_config,
+    precision_of,
     tuned,
 )
-from triton_kda.gate import _gate_cumsum, _gate_cumsum_of, _gate_tile, gate_bwd
-from triton_kda.wy import WYBwdOut
+from triton_kda.gate import GATE_LOWER_BOUND, _gate_cumsum, _gate_cumsum_of, _gate_tile, gate_bwd, gate_mode
+from triton_kda.wy import IntraOut, WYBwdOut
 
 RANGE_MAX = tl.constexpr(110.0)  # log2 units: 2^110 * |k| stays far inside the fp32/bf16 range
 
@@ -259,6 +263,50 @@ def _kda_intra_fwd_kernel(
             b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
         b_res = tl.dot(b_Xop, _op(b_cur, IS_BF16), input_precision=PREC)
         tl.store(p_cur, b_res.to(p_cur.dtype.element_ty), boundary_check=(0, 1))
+
+
+def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, BT: int, *,
+              use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, lower_bound: float | None,
+              use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool, store_aux: bool = False) -> IntraOut:
+    """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (contiguous, flattened).
+    store_aux also writes what the backward reuses (rstd_q, rstd_k, beta, Akk)."""
+    TT, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    dev, dt = q.device, q.dtype
+    arch = arch_of(dev)
+    f32 = dict(device=dev, dtype=torch.float32)
+    aux = store_aux
+    a_dt = dt if dt == torch.bfloat16 else torch.float32
+    out = IntraOut(
+        Aqk=torch.empty(TT, HV, BT, device=dev, dtype=a_dt),
+        w=torch.empty(TT, HV, K, device=dev, dtype=dt), u=torch.empty(TT, HV, V, device=dev, dtype=dt),
+        qg=torch.empty(TT, HV, K, device=dev, dtype=dt), kg=torch.empty(TT, HV, K, device=dev, dtype=dt),
+        gl=torch.empty(plan.NT, HV, K, **f32),
+        rstd_q=torch.empty(TT, HV, **f32) if aux else None,
+        rstd_k=torch.empty(TT, HV, **f32) if aux else None, beta=torch.empty(TT, HV, **f32) if aux else None,
+        Akk=torch.empty(TT, HV, BT, device=dev, dtype=a_dt) if aux else None,
+    )
+    gate = gate_mode(use_gate_in_kernel, lower_bound)
+
+    def launch(cfg):
+        _kda_intra_fwd_kernel[(plan.NT, HV)](
+            q, k, v, g, beta, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
+            *(x if x is not None else out.gl for x in out), plan.cu_seqlens, plan.chunk_indices, scale,
+            lower_bound if lower_bound is not None else 0.0,
+            H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,
+            USE_L2NORM=use_qk_l2norm_in_kernel, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
+            HAS_DT_BIAS=gate > 0 and dt_bias is not None, BETA_SIGMOID=use_beta_sigmoid_in_kernel,
+            BETA_SCALE=2.0 if allow_neg_eigval else 1.0, STORE_AUX=store_aux, IS_BF16=dt == torch.bfloat16,
+            PREC=precision_of(dt), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            # the lower-bound gate keeps every BC-row block's gate range under RANGE_MAX when
+            # (BC - 1) |lower_bound| log2(e) does (safe gates: 108.2 < 110): no exact rows, no range check
+            EXACT_ROWS=not (gate == GATE_LOWER_BOUND
+                            and -lower_bound * (cfg.BC - 1) / math.log(2) <= RANGE_MAX.value - 1),
+        )
+
+    key = ("intra_fwd", arch, dt, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate, store_aux)
+    launch(tuned(key, intra_config(arch, K, V), intra_candidates(arch, K, V), launch))
+    return out
 
 
 @triton.jit

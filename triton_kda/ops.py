@@ -31,8 +31,9 @@ from torch import Tensor
 from triton_kda import backends
 from triton_kda._validate import KDAProblem, seqlens_on_cpu
 from triton_kda.chunk_bwd import chunk_bwd
-from triton_kda.chunk_fwd import IntraOut, intra_stage, plan_chunks, saved_intermediates, state_fwd, wy_recompute
-from triton_kda.state import grad_state_dtype
+from triton_kda.chunk_fwd import intra_stage, plan_chunks, saved_intermediates
+from triton_kda.state import grad_state_dtype, state_fwd
+from triton_kda.wy import IntraOut, wy_recompute
 
 BACKEND_OP = "chunk_kda_fwd"
 

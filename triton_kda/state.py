@@ -12,8 +12,9 @@ import triton
 import triton.language as tl
 
 from triton_kda._jit import _finite_or_zero, _op, _state_offsets
-from triton_kda.configs import _kpad, arch_of, state_config
-from triton_kda.state_cp import cp_end_gradients, plan_pieces
+from triton_kda.configs import _kpad, arch_of, precision_of, state_candidates, state_config, tuned
+from triton_kda.state_cp import cp_end_gradients, cp_initial_states, plan_pieces
+from triton_kda.wy import IntraOut
 
 
 def grad_state_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -78,6 +79,51 @@ def _kda_state_fwd_kernel(
         b_S += tl.dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)), b_vnop, input_precision=PREC)
     if STORE_HT:
         tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * K * V + off_kv, b_S, mask=m_kv)
+
+
+class StateOut(NamedTuple):
+    o: torch.Tensor                     # [TT, HV, V] in the input dtype
+    final_state: torch.Tensor | None    # [N, HV, K, V] fp32 (V-first if asked)
+    h: torch.Tensor | None              # [NT, HV, K, V] state at each chunk start
+    v_new: torch.Tensor | None          # [TT, HV, V]
+
+
+def state_fwd(intra: IntraOut, initial_state, plan, BT: int, V: int, *, output_final_state: bool,
+              state_v_first: bool, store_h: bool, store_v_new: bool, h_dtype: torch.dtype) -> StateOut:
+    TT, HV, K = intra.w.shape
+    dev, dt = intra.w.device, intra.w.dtype
+    arch = arch_of(dev)
+    o = torch.empty(TT, HV, V, device=dev, dtype=dt)
+    # intra-card CP: long sequences run as pieces, each from its start state (state_cp.py)
+    pieces = plan_pieces(plan.lens, BT, HV, K, V, intra.w.element_size(), dev, seqs=plan)
+    runs, h0 = plan, initial_state
+    if pieces is not None:
+        h0 = cp_initial_states(intra.kg, intra.w, intra.u, intra.gl, initial_state, plan, pieces, BT,
+                               state_v_first=state_v_first, prec=precision_of(dt))
+        runs = pieces
+    shape = (runs.N, HV, V, K) if state_v_first else (runs.N, HV, K, V)
+    ht = torch.empty(shape, device=dev, dtype=torch.float32) if output_final_state else None
+    h = torch.empty(plan.NT, HV, *shape[2:], device=dev, dtype=h_dtype) if store_h else None
+    v_new = torch.empty(TT, HV, V, device=dev, dtype=dt) if store_v_new else None
+
+    def launch(cfg):
+        _kda_state_fwd_kernel[(triton.cdiv(V, cfg.BV), runs.N, HV)](
+            intra.qg, intra.kg, intra.w, intra.u, intra.Aqk, intra.gl,
+            h0 if h0 is not None else o, o, ht if ht is not None else o,
+            h if h is not None else o, v_new if v_new is not None else o,
+            runs.cu_seqlens, runs.chunk_offsets,
+            HV=HV, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=cfg.BV,
+            HAS_H0=h0 is not None, STORE_HT=output_final_state, STORE_H=store_h, STORE_VNEW=store_v_new,
+            V_FIRST=state_v_first, IS_BF16=dt == torch.bfloat16, PREC=precision_of(dt),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+
+    es = intra.w.element_size()
+    key = ("state_fwd", arch, dt, K, V, BT, HV, triton.next_power_of_2(runs.N), store_h, store_v_new)
+    launch(tuned(key, state_config(arch, K, V, es), state_candidates(arch, K, V, es), launch))
+    if pieces is not None and ht is not None:
+        ht = ht[pieces.last]
+    return StateOut(o, ht, h, v_new)
 
 
 @triton.jit

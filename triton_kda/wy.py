@@ -7,8 +7,8 @@ import triton
 import triton.language as tl
 
 from triton_kda._jit import _chunk_rows, _op, _state_offsets
-from triton_kda.configs import arch_of, wy_bwd_config
-from triton_kda.gate import _gate_cumsum
+from triton_kda.configs import arch_of, precision_of, wy_bwd_config, wy_fwd_config
+from triton_kda.gate import _gate_cumsum, gate_mode
 
 
 @triton.jit
@@ -63,6 +63,44 @@ def _kda_wy_fwd_kernel(
         b_uop = (tl.load(p_v, boundary_check=(0, 1)).to(tl.float32) * b_beta[:, None]).to(p_u.dtype.element_ty)
         tl.store(p_u, tl.dot(b_Xop, _op(b_uop, IS_BF16), input_precision=PREC).to(p_u.dtype.element_ty),
                  boundary_check=(0, 1))
+
+
+class IntraOut(NamedTuple):
+    """The intra stage's outputs, as `intra.intra_fwd` writes them and `wy_recompute` rebuilds them."""
+    Aqk: torch.Tensor               # [TT, HV, BT], scale included (bf16 for bf16 inputs, else fp32)
+    w: torch.Tensor                 # [TT, HV, K]
+    u: torch.Tensor                 # [TT, HV, V]
+    qg: torch.Tensor                # [TT, HV, K]
+    kg: torch.Tensor                # [TT, HV, K]
+    gl: torch.Tensor                # [NT, HV, K] fp32: gate cumsum (log2 units) at each chunk's last token
+    rstd_q: torch.Tensor | None     # [TT, HV] fp32 (ones without in-kernel l2norm) (aux)
+    rstd_k: torch.Tensor | None     # [TT, HV] fp32 (aux)
+    beta: torch.Tensor | None       # [TT, HV] fp32, activated (aux)
+    Akk: torch.Tensor | None        # [TT, HV, BT] in Aqk's dtype, (I + L)^-1 (aux)
+
+
+def wy_recompute(q, k, v, g, A_log, dt_bias, Aqk, rstd_q, rstd_k, beta_act, Akk, scale: float, plan,
+                 BT: int, *, use_gate_in_kernel: bool, lower_bound: float | None) -> IntraOut:
+    """The backward's recompute of `intra_fwd`'s outputs from what the forward saved (Aqk, rstd_q, rstd_k, beta_act,
+    Akk: the aux outputs), bit for bit: launches `_kda_wy_fwd_kernel` on (NT, HV). q, k: [TT, H, K]; v: [TT, HV, V];
+    g: [TT, HV, K] (contiguous, flattened); A_log [HV] and dt_bias [HV * K] or None."""
+    TT, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    dev, dt = q.device, q.dtype
+    cfg = wy_fwd_config(arch_of(dev), K, V)
+    w, qg, kg = (torch.empty(TT, HV, K, device=dev, dtype=dt) for _ in range(3))
+    u = torch.empty(TT, HV, V, device=dev, dtype=dt)
+    gl = torch.empty(plan.NT, HV, K, device=dev, dtype=torch.float32)
+    gate = gate_mode(use_gate_in_kernel, lower_bound)
+    _kda_wy_fwd_kernel[(plan.NT, HV)](
+        q, k, v, g, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q, rstd_q, rstd_k,
+        beta_act, Akk, w, u, qg, kg, gl, plan.cu_seqlens, plan.chunk_indices, scale,
+        lower_bound if lower_bound is not None else 0.0,
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
+        HAS_DT_BIAS=gate > 0 and dt_bias is not None, IS_BF16=dt == torch.bfloat16, PREC=precision_of(dt),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return IntraOut(Aqk=Aqk, w=w, u=u, qg=qg, kg=kg, gl=gl, rstd_q=rstd_q, rstd_k=rstd_k, beta=beta_act, Akk=Akk)
 
 
 @triton.jit

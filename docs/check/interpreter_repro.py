@@ -12,16 +12,16 @@ import time
 
 import torch
 
-import triton_kda.chunk_fwd
 import triton_kda.intra
 import triton_kda.state
 import triton_kda.state_cp
+import triton_kda.wy
 from triton_kda.check.grid import CheckConfig
 from triton_kda.check.runner import available_backends, check_config
 
 B, T, H, K, V = map(int, sys.argv[1:6])
 gate, arch = sys.argv[6], int(sys.argv[7]) if len(sys.argv) > 7 else 90
-for module in (triton_kda.chunk_fwd, triton_kda.intra, triton_kda.state, triton_kda.state_cp):
+for module in (triton_kda.intra, triton_kda.state, triton_kda.state_cp, triton_kda.wy):
     module.arch_of = lambda device: arch
 config = CheckConfig(B, T, H, H, K, V, gate=gate, initial_state=True, output_final_state=True)
 start = time.time()

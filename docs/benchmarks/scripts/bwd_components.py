@@ -7,13 +7,14 @@ Run on the device from the repo root: python3 docs/benchmarks/scripts/bwd_compon
 import os, sys, time
 sys.path.insert(0, os.getcwd())
 import torch, triton
-import triton_kda.chunk_fwd as cf
+import triton_kda.wy as tw
 import triton_kda.intra as ti
 import triton_kda.state as ts
 import triton_kda.configs as C
 from triton_kda import chunk_kda
-from triton_kda.chunk_fwd import plan_chunks, intra_fwd, state_fwd
-from triton_kda.state import state_bwd
+from triton_kda.chunk_fwd import plan_chunks
+from triton_kda.intra import intra_fwd
+from triton_kda.state import state_bwd, state_fwd
 from triton_kda.qk import qk_bwd
 dev = "cuda"
 B, T, H, HV, K, V, BT = 2, 8192, 32, 32, 128, 128, 64
@@ -67,7 +68,7 @@ sb = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan
 tryb("state_bwd", lambda: state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, dof, None, plan, BT, V, want_dh0=False, state_v_first=False, prec="tf32"))
 Gc = ti.gate_cumsum(g, A_log, dt_bias, plan, BT, gate=2, lower_bound=-5.0, prec="tf32")
 tryb("gate_cumsum", lambda: ti.gate_cumsum(g, A_log, dt_bias, plan, BT, gate=2, lower_bound=-5.0, prec="tf32"))
-tryb("wy_recompute", lambda: cf.wy_recompute(q, k, v, g, A_log, dt_bias, intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk, 0.088, plan, BT, use_gate_in_kernel=True, lower_bound=-5.0))
+tryb("wy_recompute", lambda: tw.wy_recompute(q, k, v, g, A_log, dt_bias, intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk, 0.088, plan, BT, use_gate_in_kernel=True, lower_bound=-5.0))
 fw = lambda: ti.wy_bwd(k, v, Gc, intra.rstd_k, intra.beta, intra.Akk, st.h, st.v_new, sb.dv_new, dof, plan, BT, state_v_first=False, prec="tf32")
 for BK, BV, nw, ns in [(64, 64, 4, 1)] + ([] if QUICK else [(32, 64, 4, 1)]):
     ti.wy_bwd_config = lambda arch, K, V, c=C.IntraConfig(BC=16, BK=BK, BV=BV, num_warps=nw, num_stages=ns): c

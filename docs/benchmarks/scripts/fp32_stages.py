@@ -4,7 +4,9 @@
 """
 import torch
 from triton.testing import do_bench
-from triton_kda.chunk_fwd import intra_fwd, plan_chunks, state_fwd
+from triton_kda.chunk_fwd import plan_chunks
+from triton_kda.intra import intra_fwd
+from triton_kda.state import state_fwd
 B, T, H, K, V, BT = 1, 8192, 16, 128, 128, 64
 for dt in (torch.float32, torch.bfloat16):
     torch.manual_seed(0)

@@ -29,7 +29,7 @@ sys.path.insert(0, os.getcwd())
 
 from reference.harness import rel_rmse  # noqa: E402
 from reference.kda import kda_gate_ref, kda_recurrent  # noqa: E402
-from triton_kda import chunk, chunk_bwd, chunk_fwd, chunk_kda, intra, state, wy  # noqa: E402
+from triton_kda import chunk, chunk_bwd, chunk_kda, intra, state, wy  # noqa: E402
 
 LN2 = math.log(2.0)
 NAMES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
@@ -173,7 +173,8 @@ def variant(name: str):
             pass
         elif p == "ieee":
             f = lambda dt: "tf32x3" if dt == torch.float32 else "ieee"  # noqa: E731
-            setattr_(chunk_fwd, "precision_of", f)
+            for module in (intra, state, wy):  # intra_fwd, state_fwd, wy_recompute
+                setattr_(module, "precision_of", f)
             setattr_(chunk_bwd, "precision_of", f)
         elif p in ("tf32bwd", "a32", "s32"):  # fp16's backward products at TF32: all, the intra-chunk, the state-side
             fields = {"tf32bwd": ("products", "intra", "intra_state"), "a32": ("intra",), "s32": ("intra_state",)}[p]
@@ -186,8 +187,8 @@ def variant(name: str):
             setattr_(state, "grad_state_dtype", lambda dt: torch.float32)
         elif p == "vnew32":
             setattr_(chunk, "state_fwd", patched_source(
-                chunk_fwd.state_fwd, "v_new = torch.empty(TT, HV, V, device=dev, dtype=dt)",
-                "v_new = torch.empty(TT, HV, V, device=dev, dtype=torch.float32)", chunk_fwd))
+                state.state_fwd, "v_new = torch.empty(TT, HV, V, device=dev, dtype=dt)",
+                "v_new = torch.empty(TT, HV, V, device=dev, dtype=torch.float32)", state))
         elif p == "viastate":
             setattr_(chunk_bwd, "wy_bwd", patched_source(wy.wy_bwd, 'VIA_STATE=k.dtype == torch.float32',
                                                          "VIA_STATE=True", wy))

@@ -23,8 +23,9 @@ import triton  # noqa: E402
 
 import triton_kda.configs as C  # noqa: E402
 import triton_kda.intra as ti  # noqa: E402
-from triton_kda.chunk_fwd import intra_fwd, plan_chunks, state_fwd  # noqa: E402
-from triton_kda.state import state_bwd  # noqa: E402
+from triton_kda.chunk_fwd import plan_chunks  # noqa: E402
+from triton_kda.intra import intra_fwd  # noqa: E402
+from triton_kda.state import state_bwd, state_fwd  # noqa: E402
 
 OLD_CFG = C.IntraConfig(BC=16, BK=64, BV=64, num_warps=4, num_stages=2)
 SWEEP = [(64, 64, 8, 1), (64, 64, 8, 2), (64, 64, 4, 1), (64, 64, 4, 2), (32, 64, 4, 1), (32, 64, 4, 2),

@@ -18,6 +18,7 @@ import torch
 import triton
 
 import triton_kda.chunk_fwd as cf
+import triton_kda.intra as ti
 from triton_kda.configs import intra_config
 
 SRC = Path(__file__).resolve().parents[3] / "triton_kda" / "intra.py"
@@ -116,17 +117,17 @@ def main(names: list[str]) -> None:
     plan = cf.plan_chunks(B, T, BT, dev, None)
     kimi = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, lower_bound=-5.0,
                 use_beta_sigmoid_in_kernel=True, allow_neg_eigval=False)
-    kernel, table = cf._kda_intra_fwd_kernel, cf.intra_config
+    kernel, table = ti._kda_intra_fwd_kernel, ti.intra_config
     ref = None
     folder = Path(tempfile.mkdtemp(prefix="intra_ablate_"))
     print(f"GPU {torch.cuda.get_device_name()} triton {triton.__version__}; table config {intra_config(90, K, V)}")
     for name in names:
         edits, overrides, flags = VARIANTS[name]
-        cf._kda_intra_fwd_kernel = variant_kernel(name, edits, folder) if edits else kernel
-        cf.intra_config = lambda arch, K, V, o=overrides: dataclasses.replace(table(arch, K, V), **o)
+        ti._kda_intra_fwd_kernel = variant_kernel(name, edits, folder) if edits else kernel
+        ti.intra_config = lambda arch, K, V, o=overrides: dataclasses.replace(table(arch, K, V), **o)
 
         def run(fl={**kimi, **flags}):
-            return cf.intra_fwd(q, k, v, g, beta, A_log, dt_bias, K ** -0.5, plan, BT, **fl)
+            return ti.intra_fwd(q, k, v, g, beta, A_log, dt_bias, K ** -0.5, plan, BT, **fl)
 
         try:
             out = run()
@@ -144,7 +145,7 @@ def main(names: list[str]) -> None:
                         for n in ("Aqk", "w", "u", "qg", "kg", "gl"))
             diff = f"  max |diff| / max |base| {worst[0]:.1e} ({worst[1]})"
         print(f"{name:>20}: {ms:.3f} ms{diff}", flush=True)
-    cf._kda_intra_fwd_kernel, cf.intra_config = kernel, table
+    ti._kda_intra_fwd_kernel, ti.intra_config = kernel, table
 
 
 if __name__ == "__main__":

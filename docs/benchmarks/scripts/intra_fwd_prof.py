@@ -8,8 +8,9 @@ only_intra = "--only-intra" in sys.argv
 sys.path.insert(0, os.path.abspath(pkgdir))
 sys.path.append(os.getcwd())  # reference/
 import torch, triton
-import triton_kda, triton_kda.chunk_fwd as cf, triton_kda.configs as C
-from triton_kda.chunk_fwd import plan_chunks, intra_fwd
+import triton_kda, triton_kda.intra as ti, triton_kda.configs as C
+from triton_kda.chunk_fwd import plan_chunks
+from triton_kda.intra import intra_fwd
 from triton_kda import chunk_kda
 assert os.path.abspath(triton_kda.__file__).startswith(os.path.abspath(pkgdir)), triton_kda.__file__
 dev = os.environ.get("DEV", "cuda")
@@ -29,7 +30,7 @@ if dev != "cuda":
     bench, sync = (lambda f: (f(), 0.0)[1]), (lambda: None)
 res = {}
 best = None
-KERNEL = cf._kda_intra_fwd_kernel
+KERNEL = ti._kda_intra_fwd_kernel
 
 
 class Launch:
@@ -45,12 +46,12 @@ class Launch:
 
 for c in cfgs.split(","):
     if c == "table":
-        cf.intra_config = C.intra_config
+        ti.intra_config = C.intra_config
         tag = "table"
     else:
         BK, nw, ns, mr = (list(map(int, c.split(":"))) + [0])[:4]
-        cf.intra_config = lambda arch, K, V, cc=C.IntraConfig(BC=16, BK=BK, BV=64, num_warps=nw, num_stages=ns): cc
-        cf._kda_intra_fwd_kernel = Launch(KERNEL, mr or None)
+        ti.intra_config = lambda arch, K, V, cc=C.IntraConfig(BC=16, BK=BK, BV=64, num_warps=nw, num_stages=ns): cc
+        ti._kda_intra_fwd_kernel = Launch(KERNEL, mr or None)
         tag = f"BK{BK}w{nw}s{ns}" + (f"r{mr}" if mr else "")
     f = lambda: intra_fwd(q, k, v, g, beta, A_log, dt_bias, K ** -0.5, plan, BT, **kw)
     t = time.time()
@@ -73,10 +74,10 @@ for c in cfgs.split(","):
     same = all(torch.equal(getattr(aux, n), getattr(out, n)) for n in ("Aqk", "w", "u", "qg", "kg", "gl"))
     print(f"{name} {tag}: store_aux run ok, main outputs identical {same}, Akk finite {bool(torch.isfinite(aux.Akk).all())}", flush=True)
     if best is None or ms < res[best[0]]:
-        best = (tag, cf.intra_config, cf._kda_intra_fwd_kernel)
+        best = (tag, ti.intra_config, ti._kda_intra_fwd_kernel)
 if (best is not None or compile_only) and not only_intra:
     if best is not None:
-        cf.intra_config, cf._kda_intra_fwd_kernel = best[1], best[2]
+        ti.intra_config, ti._kda_intra_fwd_kernel = best[1], best[2]
     qq, kk = q.view(B, T, H, K), k.view(B, T, H, K)
     vv, gg, bb = v.view(B, T, HV, V), g.view(B, T, HV, K), beta.view(B, T, HV)
     with torch.no_grad():
