@@ -45,23 +45,24 @@ SWEEP_PIECE_CHUNKS = (16, 32, 64, 128)
 FLA_SHAPES = ("B1-H8-T65536", "varlen-131072+16x1024-H8")
 
 
+def _put_env(values: dict[str, str | None]) -> None:
+    """Set (None: unset) the environment variables in `values`."""
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @contextmanager
 def env_vars(values: dict[str, str | None]):
     """Set (None: unset) the environment variables in `values` for the block, then restore them."""
     old = {k: os.environ.get(k) for k in values}
     try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _put_env(values)
         yield
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _put_env(old)
 
 
 def cp_env(mode: str, piece_chunks: int | None = None):
