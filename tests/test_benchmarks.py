@@ -26,6 +26,7 @@ from benchmarks.suites import (
     uniform_seqlens,
 )
 from reference.kda import kda_recurrent
+from tests.utils import NoBackward
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -285,19 +286,9 @@ def raising_impl(**kwargs):
     raise RuntimeError("kernel launch failed")
 
 
-class _NoBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        raise NotImplementedError("no backward here")
-
-
 def forward_only_impl(**kwargs):
     o, ht = oracle_impl(**kwargs)
-    return _NoBackward.apply(o), ht
+    return NoBackward.apply(o), ht
 
 
 def test_bench_case_checks_then_times(capsys):

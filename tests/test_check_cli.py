@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from reference.kda import kda_recurrent
+from tests.utils import NoBackward
 from triton_kda.check import cli
 from triton_kda.check.baseline import FLOORS, compare_baseline, load_baseline, regressed, save_baseline
 from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
@@ -453,16 +454,6 @@ def test_portability_failed_row_exits_1(monkeypatch):
 
 # ---------------------------------------------------------------- the runner, with fake backends on the oracle
 
-class _NoBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        raise NotImplementedError("chunk_kda backward")
-
-
 def _oracle_backend(**kw):
     o, ht = kda_recurrent(**kw)
     return o.to(kw["q"].dtype), (ht.float() if ht is not None else None)
@@ -470,7 +461,7 @@ def _oracle_backend(**kw):
 
 def _oracle_without_backward(**kw):
     o, ht = _oracle_backend(**kw)
-    return _NoBackward.apply(o), (_NoBackward.apply(ht) if ht is not None else None)
+    return NoBackward.apply(o), (NoBackward.apply(ht) if ht is not None else None)
 
 
 def _nan_output(**kw):

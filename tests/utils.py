@@ -1,13 +1,27 @@
-"""Test helpers: the device under test, the one comparison assertion, and the shared harness (re-exported)."""
+"""Test helpers: the device under test, the one comparison assertion, a backend output without a backward, and the
+shared harness (re-exported)."""
 from __future__ import annotations
 
 import torch
 
 from reference.harness import GATE_MODES, case_id, make_inputs, max_abs, rel_rmse
 
-__all__ = ["DEVICE", "GATE_MODES", "assert_close", "case_id", "make_inputs", "max_abs", "rel_rmse"]
+__all__ = ["DEVICE", "GATE_MODES", "NoBackward", "assert_close", "case_id", "make_inputs", "max_abs", "rel_rmse"]
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class NoBackward(torch.autograd.Function):
+    """Identity whose backward raises NotImplementedError("no backward here"): wraps a fake backend's outputs to
+    make it forward-only."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError("no backward here")
 
 
 def _coord(flat_index: int, shape: torch.Size) -> tuple[int, ...]:
