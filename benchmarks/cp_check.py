@@ -194,6 +194,16 @@ def plan_text(B, T, H, seqlens) -> str:
     return f"{p.N} pieces of {int(p.chunk_offsets[1] - p.chunk_offsets[0])} chunks"
 
 
+def serial_vs_auto(fn, B, T, H, seqlens) -> tuple[float, float, str]:
+    """`fn`'s ms with intra-card CP off and on auto, and the auto plan (`plan_text`)."""
+    with cp_env("0"):
+        t_serial = timer(fn)
+    with cp_env("auto"):
+        t_cp = timer(fn)
+        plan = plan_text(B, T, H, seqlens)
+    return t_serial, t_cp, plan
+
+
 def whole_call_rows(name, B, T, H, seqlens, rows: list) -> dict[str, tuple[float, float]]:
     """Whole-call rows, serial vs auto, forward and fwd+bwd; returns {mode: (serial ms, auto ms)}."""
     from triton_kda import chunk_kda
@@ -202,11 +212,7 @@ def whole_call_rows(name, B, T, H, seqlens, rows: list) -> dict[str, tuple[float
     fwd, fwdbwd = call_fns(chunk_kda, d, torch.randn(B, T, H, 128, device="cuda", dtype=torch.bfloat16))
     times = {}
     for mode, fn in (("fwd", fwd), ("fwd+bwd", fwdbwd)):
-        with cp_env("0"):
-            t_serial = timer(fn)
-        with cp_env("auto"):
-            t_cp = timer(fn)
-            plan = plan_text(B, T, H, seqlens)
+        t_serial, t_cp, plan = serial_vs_auto(fn, B, T, H, seqlens)
         rows.append([name, "whole call", mode, plan, f"{t_serial:.3f}", f"{t_cp:.3f}", f"{t_serial / t_cp:.2f}"])
         times[mode] = (t_serial, t_cp)
     return times
@@ -239,11 +245,7 @@ def state_rows(name, B, T, H, seqlens, rows: list, deadline: float) -> float:
                                        want_dh0=False, state_v_first=False, prec="tf32"),
     }
     for stage, fn in fns.items():
-        with cp_env("0"):
-            t_serial = timer(fn)
-        with cp_env("auto"):
-            t_cp = timer(fn)
-            plan_s = plan_text(B, T, H, seqlens)
+        t_serial, t_cp, plan_s = serial_vs_auto(fn, B, T, H, seqlens)
         rows.append([name, "state stage", stage, plan_s, f"{t_serial:.3f}", f"{t_cp:.3f}", f"{t_serial / t_cp:.2f}"])
         for L in SWEEP_PIECE_CHUNKS:
             if time.monotonic() > deadline:
