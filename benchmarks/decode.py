@@ -3,13 +3,17 @@
 
 A step: B sequences of T = 1 token (inputs built by the flag set, Kimi Linear's by default), a state pool
 ``[slots, HV, K, V]`` fp32 updated in place at B distinct random slots named by int32 ``ssm_state_indices`` on the
-device. Ours runs with ``check_indices=False`` (a serving loop's hot path; fla checks nothing either).
+device. Ours runs with ``check_indices=False`` (a serving loop's hot path; fla checks nothing either);
+``triton-plain`` is ours without the plans it keeps per call signature (full validation and Triton's launch path on
+every call).
 
 Timings per implementation:
 - ``median_ms``: ``triton.testing.do_bench`` (the run's timer; L2 flushed before each call, so the slots come from
-  DRAM as in a model whose other layers ran in between; launch overhead hidden behind the flush);
+  DRAM as in a model whose other layers ran in between; the flush, a 256 MB memset, hides only as much host time
+  per call as it takes on the device: a longer host path adds to the time);
 - ``graph_ms``: the step captured ``GRAPH_STEPS`` times in one CUDA graph, median over replays / GRAPH_STEPS
-  (no launch overhead; L2 warm between the steps of a replay).
+  (no launch overhead; L2 warm between the steps of a replay);
+- ``host_us`` (`host_us`): the host's time per call, calls issued back to back without waiting for the device.
 Floor: the state bytes that must move, ``2 * B * HV * K * V * 4`` (each slot read and written once), over the copy
 bandwidth measured in the same run (``floor_ms``) and over 3.0 TB/s (``floor_ms_3tbps``).
 Before timing, each implementation's first step runs on a copy of the pool and is checked against the fp64
@@ -19,15 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import time
 from collections.abc import Callable, Iterator
 
 import torch
 
 from benchmarks import model
 from benchmarks.suites import FlagSet, Shape
+from benchmarks.timing import synchronize
 
 GRAPH_STEPS = 10
 GRAPH_REPS = 20
+HOST_CALLS = 100
+HOST_ROUNDS = 5
 TOL = {"bf16": 5e-3, "fp16": 1e-3, "fp32": 1e-6}
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 TOKEN_ARGS = ("q", "k", "v", "g", "beta")
@@ -68,26 +76,41 @@ def ours(inputs: dict, pool: torch.Tensor, idx: torch.Tensor):
                                check_indices=False)
 
 
+def ours_plain(inputs: dict, pool: torch.Tensor, idx: torch.Tensor):
+    """``ours`` with ``recurrent.FAST_PATH`` off: every call validated in full and launched through Triton's
+    binder, as before the plans kept per call signature."""
+    from triton_kda import recurrent
+
+    fast, recurrent.FAST_PATH = recurrent.FAST_PATH, False
+    try:
+        return ours(inputs, pool, idx)
+    finally:
+        recurrent.FAST_PATH = fast
+
+
 def fla(inputs: dict, pool: torch.Tensor, idx: torch.Tensor):
     from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
 
     return fused_recurrent_kda_fwd(**inputs, initial_state=pool, ssm_state_indices=idx, inplace_final_state=True)
 
 
-STEPS: dict[str, Callable] = {"triton": ours, "fla": fla}
+STEPS: dict[str, Callable] = {"triton": ours, "triton-plain": ours_plain, "fla": fla}
 
 
 @contextlib.contextmanager
 def forced_config(cfg) -> Iterator[None]:
-    """Our decode launches use ``cfg`` (a ``configs.RecurrentConfig``) instead of the table's entry."""
+    """Our decode launches use ``cfg`` (a ``configs.RecurrentConfig``) instead of the table's entry (the plans
+    ``fused_recurrent_kda`` keeps per call signature are dropped on entry and exit, so none outlives its config)."""
     from triton_kda import recurrent
 
     table = recurrent.recurrent_fwd_config
     recurrent.recurrent_fwd_config = lambda *args: cfg
+    recurrent.clear_plans()
     try:
         yield
     finally:
         recurrent.recurrent_fwd_config = table
+        recurrent.clear_plans()
 
 
 def capture_graph(fn: Callable[[], object], steps: int = 1) -> torch.cuda.CUDAGraph:
@@ -118,6 +141,21 @@ def graph_ms(fn: Callable[[], object]) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) / GRAPH_STEPS)
     return statistics.median(times)
+
+
+def host_us(fn: Callable[[], object], device: torch.device) -> float:
+    """Median over HOST_ROUNDS rounds of the host microseconds per call of ``fn``: HOST_CALLS calls issued back to
+    back without waiting for the device (their launches queue up), after a warm-up call."""
+    fn()
+    synchronize(device)
+    rounds = []
+    for _ in range(HOST_ROUNDS):
+        t0 = time.perf_counter()
+        for _ in range(HOST_CALLS):
+            fn()
+        rounds.append((time.perf_counter() - t0) / HOST_CALLS * 1e6)
+        synchronize(device)
+    return statistics.median(rounds)
 
 
 def check_step(step: Callable, inputs: dict, pool: torch.Tensor, idx: torch.Tensor) -> dict:

@@ -1,7 +1,8 @@
 """One GPU call for the decode path: `fused_recurrent_kda` checked against the fp64 oracle and fla, the decode-step
 timings against fla and the state-traffic floor, and a sweep of the decode launch configurations.
 
-    python -m benchmarks.decode_check --out DIR [--slots 1024] [--batches 1,64,256] [--no-sweep]
+    python -m benchmarks.decode_check --out DIR [--slots 1024] [--batches 1,64,256] [--sweep-batches 64,256]
+        [--no-sweep]
 
 1. Checks (pass/fail rows):
    - ``decode-<dtype>``: one decode step, B64 H32 HV32 K=V=128, pool of --slots slots, Kimi flags, a padded
@@ -11,23 +12,30 @@ timings against fla and the state-traffic floor, and a sweep of the decode launc
    - ``spec-vs-fla``: a speculative step (varlen, per-token indices [N, 3], num_accepted_tokens), bf16: our pool
      and outputs against fla's (states within 1e-5, outputs within 1e-2: bf16 rounding);
    - ``cuda-graph``: a captured step replayed on new inputs equals the eager step bit for bit;
+   - ``fast-path``: B64 steps with the plan kept per call signature (its first launch through Triton, then the
+     compiled kernel launched directly) equal the step without plans bit for bit (o and pool);
    - ``backward-<dtype>``: fwd+bwd of B4 T16 H4 HV8 K=V=128 (Kimi flags, initial state): every gradient against
      the oracle (bf16 1e-2, fp32 1e-5).
-2. Timings (``benchmarks.decode.bench_shape``), B in --batches, H = HV = 32, K = V = 128, bf16, pool of --slots:
-   ours and fla, do_bench and CUDA graph, and the targets: x1.2 over fla at every batch, at most 1.5x the floor at
-   the largest batch.
-3. Sweep: each candidate launch configuration of ours (``configs.recurrent_fwd_candidates``) at each batch, the
-   table's choice marked.
-Writes ``decode_check.md`` and ``decode_check.jsonl`` under --out (default $OUT) and prints the markdown. Exit
-code: 0 every check passed (targets are reported, not gated), 1 a check failed, 2 no CUDA GPU. Sized for about two
-minutes on an H100 (fla's fused_recurrent_kda does not autotune); not run on a GPU yet.
+2. Host time per call (``decode.host_us``) of ours, ours without plans (``triton-plain``) and fla at each batch,
+   and cProfile listings of 200 B1 calls of ours and triton-plain (``host_profile_<impl>.txt``).
+3. Timings (``benchmarks.decode.bench_shape``), B in --batches, H = HV = 32, K = V = 128, bf16, pool of --slots:
+   ours, triton-plain and fla, do_bench and CUDA graph, and the targets: x1.2 over fla at every batch, at most 1.5x
+   the floor at the largest batch.
+4. Sweep: each candidate launch configuration of ours (``configs.recurrent_fwd_candidates``) at each batch of
+   --sweep-batches, the table's choice marked.
+Writes ``decode_check.md`` and ``decode_check.jsonl`` under --out (default $OUT), prints the markdown and then a
+short summary. Exit code: 0 every check passed (targets are reported, not gated), 1 a check failed, 2 no CUDA GPU.
+Sized for about three minutes on an H100 (fla's fused_recurrent_kda does not autotune).
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import functools
+import io
 import json
 import os
+import pstats
 import sys
 from pathlib import Path
 
@@ -93,7 +101,7 @@ def check_spec_vs_fla(device: torch.device) -> dict:
     pool = torch.randn(16, HV, 128, 128, device=device)
     idx = torch.arange(12, dtype=torch.int32, device=device).reshape(4, 3)
     acc = torch.tensor([2, 1, 3, 1], dtype=torch.int32, device=device)
-    pools = {name: pool.clone() for name in decode.STEPS}
+    pools = {name: pool.clone() for name in ("triton", "fla")}
     outs = {}
     for name, pl in pools.items():
         kw = dict(initial_state=pl, ssm_state_indices=idx, num_accepted_tokens=acc, inplace_final_state=True)
@@ -135,6 +143,27 @@ def check_cuda_graph(slots: int, device: torch.device) -> dict:
     return _check("cuda-graph", same, f"replay on new inputs equals the eager step bit for bit: {same}")
 
 
+def check_fast_path(slots: int, device: torch.device) -> dict:
+    from triton_kda import recurrent
+
+    shape = Shape(B=64, T=1, H=32, HV=32)
+    inputs = decode.step_inputs(shape, FLAG_SETS["kimi"], device, seed=9)
+    pool, idx = decode.make_pool(shape, slots, device, seed=9)
+    recurrent.clear_plans()
+    plain, same = None, True
+    for step in (decode.ours_plain, decode.ours, decode.ours, decode.ours):
+        work = pool.clone()
+        o, _ = step(inputs, work, idx)
+        if plain is None:
+            plain = (o, work)
+        else:
+            same = same and bool(torch.equal(o, plain[0])) and bool(torch.equal(work, plain[1]))
+        del work
+    direct = any(plan.runners for plan in recurrent._PLANS.values())
+    return _check("fast-path", same and direct, f"3 steps with a kept plan equal the step without plans bit for bit: "
+                  f"{same}; the compiled kernel was launched directly: {direct}")
+
+
 def check_backward(dtype: str, device: torch.device) -> dict:
     from reference.harness import make_inputs, rel_rmse
     from reference.kda import kda_recurrent
@@ -156,6 +185,36 @@ def check_backward(dtype: str, device: torch.device) -> dict:
     return _check(f"backward-{dtype}", errors[worst] <= BWD_TOL[dtype],
                   f"worst d{worst} {errors[worst]:.2e} (tol {BWD_TOL[dtype]:.0e}); "
                   + ", ".join(f"d{n} {e:.1e}" for n, e in errors.items()))
+
+
+def host_times(batches: list[int], slots: int, device: torch.device, out: Path) -> list[dict]:
+    """Rows (kind "host") of the host microseconds per call of each decode step at each batch; writes the cProfile
+    listings of 200 B1 calls of ours with and without plans under `out`."""
+    rows = []
+    for B in batches:
+        shape = Shape(B=B, T=1, H=32, HV=32)
+        inputs = decode.step_inputs(shape, FLAG_SETS["kimi"], device)
+        pool, idx = decode.make_pool(shape, slots, device)
+        row = {"kind": "host", "B": B}
+        for name, step in decode.STEPS.items():
+            row[f"{name}_us"] = decode.host_us(functools.partial(step, inputs, pool, idx), device)
+        log(f"host B{B}: " + ", ".join(f"{name} {row[f'{name}_us']:.1f} us" for name in decode.STEPS))
+        rows.append(row)
+        if B == 1:
+            for name in ("triton", "triton-plain"):
+                prof = cProfile.Profile()
+                prof.enable()
+                for _ in range(200):
+                    decode.STEPS[name](inputs, pool, idx)
+                prof.disable()
+                torch.cuda.synchronize(device)
+                text = io.StringIO()
+                pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+                out.mkdir(parents=True, exist_ok=True)
+                (out / f"host_profile_{name}.txt").write_text(text.getvalue())
+        del pool
+        torch.cuda.empty_cache()
+    return rows
 
 
 def sweep(batches: list[int], slots: int, timer, device: torch.device) -> list[dict]:
@@ -207,15 +266,20 @@ def targets(rows: list[dict]) -> list[str]:
     return lines
 
 
-def render(prov: dict, checks: list[dict], rows: list[dict], sweep_rows: list[dict]) -> str:
+def render(prov: dict, checks: list[dict], host_rows: list[dict], rows: list[dict], sweep_rows: list[dict]) -> str:
     parts = [f"# Decode check: {prov.get('gpu')} (cc {prov.get('cc')}), torch {prov.get('torch')}, triton "
              f"{prov.get('triton')}, fla {prov.get('fla')}, git {str(prov.get('git_sha'))[:12]}, "
              f"{prov.get('time_utc')}", "",
              f"copy bandwidth {cell(rows[0].get('copy_tbps') if rows else None, '.2f')} TB/s", "", "## Checks", "",
              markdown_table(["check", "result", "detail"],
-                            [[c["name"], "pass" if c["passed"] else "FAIL", cell(c["detail"])] for c in checks]),
-             "", "## Decode step (Kimi flags, bf16, pool of slots, T = 1)", "", decode.markdown(rows), "",
-             *targets(rows)]
+                            [[c["name"], "pass" if c["passed"] else "FAIL", cell(c["detail"])] for c in checks])]
+    if host_rows:
+        names = list(decode.STEPS)
+        parts += ["", "## Host time per call (us; calls issued back to back, median of rounds)", "",
+                  markdown_table(["B", *names], [[str(r["B"]), *(cell(r.get(f"{n}_us"), ".1f") for n in names)]
+                                                 for r in host_rows], set(range(len(names) + 1)))]
+    parts += ["", "## Decode step (Kimi flags, bf16, pool of slots, T = 1)", "", decode.markdown(rows), "",
+              *targets(rows)]
     if sweep_rows:
         body = [[str(r["B"]), str(r["BV"]), str(r["num_warps"]), "yes" if r["table"] else "",
                  cell(r["median_ms"] and r["median_ms"] * 1e3, ".1f"),
@@ -224,6 +288,37 @@ def render(prov: dict, checks: list[dict], rows: list[dict], sweep_rows: list[di
                   markdown_table(["B", "BV", "warps", "table", "do_bench us", "graph us", "note"], body, {0, 1, 2,
                                                                                                           4, 5})]
     return "\n".join(parts) + "\n"
+
+
+def summary(checks: list[dict], host_rows: list[dict], rows: list[dict], sweep_rows: list[dict]) -> str:
+    """The few lines printed last: checks, host time, do_bench and graph times against fla, the sweep's best."""
+    def us(ms):
+        return cell(ms and ms * 1e3, ".1f")
+
+    failed = [c["name"] for c in checks if not c["passed"]]
+    lines = ["Summary", f"- checks: {'FAILED ' + ', '.join(failed) if failed else f'all {len(checks)} pass'}"]
+    for r in host_rows:
+        lines.append(f"- host us/call B{r['B']}: " + ", ".join(f"{n} {cell(r.get(f'{n}_us'), '.1f')}"
+                                                               for n in decode.STEPS))
+    ok = {(r["impl"], r["B"]): r for r in rows if r["status"] == "ok"}
+    for B in sorted({r["B"] for r in rows}):
+        got = {n: ok.get((n, B), {}) for n in decode.STEPS}
+        ours = got["triton"]
+        times = {key: "/".join(us(r.get(key)) for r in got.values()) for key in ("median_ms", "graph_ms")}
+        lines.append(f"- B{B} {'/'.join(decode.STEPS)}: do_bench {times['median_ms']} us, graph {times['graph_ms']} "
+                     f"us; fla/ours x{cell(ours.get('speedup_vs_fla'), '.2f')} (graph "
+                     f"x{cell(ours.get('graph_speedup_vs_fla'), '.2f')}), ours/floor "
+                     f"x{cell(ours.get('floor_ratio'), '.2f')}")
+    for B in sorted({r["B"] for r in sweep_rows}):
+        timed = [r for r in sweep_rows if r["B"] == B and r["graph_ms"] is not None]
+        table = next((r for r in timed if r["table"]), None)
+        if not timed:
+            continue
+        for key, label in (("graph_ms", "graph"), ("median_ms", "do_bench")):
+            best = min(timed, key=lambda r: r[key])
+            lines.append(f"- sweep B{B} ({label}): best BV{best['BV']} w{best['num_warps']} {us(best[key])} us; table "
+                         + (f"BV{table['BV']} w{table['num_warps']} {us(table[key])} us" if table else "-"))
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=lambda s: [positive_int(x) for x in s.split(",")], default=[1, 64, 256],
                         help="decode batch sizes, comma-separated (default 1,64,256)")
     parser.add_argument("--impl", type=csv_choice(tuple(decode.STEPS)), default=list(decode.STEPS),
-                        help="implementations to time (default triton,fla)")
+                        help=f"implementations to time (default {','.join(decode.STEPS)})")
+    parser.add_argument("--sweep-batches", type=lambda s: [positive_int(x) for x in s.split(",")], default=[64, 256],
+                        help="batch sizes of the launch-configuration sweep (default 64,256)")
     parser.add_argument("--no-sweep", action="store_true", help="skip the launch-configuration sweep")
     args = parser.parse_args(argv)
     message = require_cuda("benchmarks.decode_check")
@@ -247,8 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     timer = cuda_timer(25, 100)
     context = {**prov, **measure_ceilings(timer, device)}
     checks = [check_decode(dtype, args.slots, device) for dtype in ("bf16", "fp16", "fp32")]
-    checks += [check_spec_vs_fla(device), check_cuda_graph(args.slots, device)]
+    checks += [check_spec_vs_fla(device), check_cuda_graph(args.slots, device), check_fast_path(args.slots, device)]
     checks += [check_backward(dtype, device) for dtype in ("bf16", "fp32")]
+    host_rows = host_times(args.batches, args.slots, device, args.out)
     rows = []
     for B in args.batches:
         rows += decode.bench_shape(Shape(B=B, T=1, H=32, HV=32), FLAG_SETS["kimi"], args.impl, timer, context,
@@ -256,14 +354,15 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows[-len(args.impl):]:
             log(decode.describe(row))
         torch.cuda.empty_cache()
-    sweep_rows = [] if args.no_sweep else sweep(args.batches, args.slots, timer, device)
-    text = render(prov, checks, rows, sweep_rows)
+    sweep_rows = [] if args.no_sweep else sweep(args.sweep_batches, args.slots, timer, device)
+    text = render(prov, checks, host_rows, rows, sweep_rows)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "decode_check.md").write_text(text)
     with (args.out / "decode_check.jsonl").open("w") as f:
-        for row in [*checks, *rows, *sweep_rows]:
+        for row in [*checks, *host_rows, *rows, *sweep_rows]:
             f.write(json.dumps(row) + "\n")
     print(text)
+    print(summary(checks, host_rows, rows, sweep_rows))
     return 0 if all(c["passed"] for c in checks) else 1
 
 

@@ -555,3 +555,30 @@ def test_decode_bench_checks_then_times(monkeypatch):
     assert lines[0] == "- B2 fla / ours (do_bench) 1.50 >= 1.2: met"
     assert lines[1].startswith("- B2 fla / ours (graph) -") and lines[1].endswith("NOT met")
     assert lines[2].startswith("- B2 ours / floor (do_bench)")
+    host = [{"kind": "host", "B": 2, **{f"{n}_us": 10.0 * (i + 1) for i, n in enumerate(decode.STEPS)}}]
+    sweep = [{"kind": "sweep", "B": 2, "BV": bv, "num_warps": 4, "table": bv == 16, "median_ms": ms,
+              "graph_ms": None if ms is None else ms / 2, "reason": None if ms else "no compile"}
+             for bv, ms in ((16, 2.0), (32, 1.0), (64, None))]
+    checks = [{"kind": "check", "name": "fast-path", "passed": False, "detail": "d"}]
+    text = decode_check.render({"gpu": "test"}, checks, host, rows, sweep)
+    assert "## Host time per call" in text and "| 2 | 10.0 | 20.0 | 30.0 |" in text and "no compile" in text
+    assert decode_check.summary(checks, host, rows, sweep).splitlines() == [
+        "Summary", "- checks: FAILED fast-path", "- host us/call B2: triton 10.0, fla 20.0, zeros 30.0",
+        "- B2 triton/fla/zeros: do_bench 1000.0/1500.0/- us, graph -/-/- us; fla/ours x1.50 (graph x-), ours/floor "
+        f"x{ours['floor_ratio']:.2f}",
+        "- sweep B2 (graph): best BV32 w4 500.0 us; table BV16 w4 1000.0 us",
+        "- sweep B2 (do_bench): best BV32 w4 1000.0 us; table BV16 w4 2000.0 us"]
+
+
+def test_decode_host_time_and_the_step_without_plans(monkeypatch):
+    """host_us times rounds of back-to-back calls after a warm-up call; ours_plain runs ours with the plans kept per
+    call signature off and turns them back on."""
+    from triton_kda import recurrent
+
+    calls = []
+    assert decode.host_us(lambda: calls.append(1), CPU) > 0
+    assert len(calls) == 1 + decode.HOST_CALLS * decode.HOST_ROUNDS
+    seen = []
+    monkeypatch.setattr(decode, "ours", lambda *args: seen.append(recurrent.FAST_PATH))
+    decode.ours_plain({}, None, None)
+    assert seen == [False] and recurrent.FAST_PATH is True

@@ -4,10 +4,11 @@ per-token indices with accepted-token counts, prefill into a pool then decode); 
 against fla's fused_recurrent_kda and CUDA-graph capture."""
 import pytest
 import torch
+from triton.compiler import CompiledKernel
 
 from reference.kda import kda_recurrent
 from tests.utils import DEVICE, assert_close, case_id, make_inputs
-from triton_kda import chunk_kda, fused_recurrent_kda
+from triton_kda import chunk_kda, fused_recurrent_kda, recurrent
 
 # tolerances against the fp64 oracle (measured on CPU: fp32 o and states <= 2.3e-7, gradients <= 6.5e-7,
 # fp16 o <= 2.2e-4)
@@ -470,6 +471,186 @@ def test_chunk_kda_bad_pool_calls(change, exc, match):
         chunk_kda(**d)
 
 
+# ---------------------------------------------------------------- plans kept per call signature
+
+def _pool_step(B=2, dtype=torch.float32, seed=0, **change):
+    """Keyword arguments of a valid decode step (T = 1, H = 1, HV = 2, K = V = 16, Kimi flags) into slots 0, 2, ..
+    of a pool of 6 slots (int32 indices), with `change` applied."""
+    d = make_inputs(B, 1, 1, 2, 16, 16, dtype=dtype, device=DEVICE, seed=seed, use_qk_l2norm_in_kernel=True,
+                    use_gate_in_kernel=True, lower_bound=-5.0, use_beta_sigmoid_in_kernel=True)
+    d.update(initial_state=_pool_case(B, slots=6, seed=seed),
+             ssm_state_indices=torch.arange(B, dtype=torch.int32, device=DEVICE) * 2, inplace_final_state=True)
+    d.update(change)
+    return d
+
+
+@pytest.fixture
+def validations(monkeypatch):
+    """Starts fused_recurrent_kda with no plans and records each full validation (each plan miss)."""
+    recurrent.clear_plans()
+    calls = []
+    validate = recurrent.validate_fused_recurrent_kda
+    monkeypatch.setattr(recurrent, "validate_fused_recurrent_kda", lambda *a: calls.append(1) or validate(*a))
+    yield calls
+    recurrent.clear_plans()
+
+
+def _run(d, monkeypatch, fast):
+    """(o, final_state, initial_state after the call) of fused_recurrent_kda on a copy of d's initial_state, with
+    plans (`fast`) or without."""
+    h = d["initial_state"]
+    d = {**d, "initial_state": torch.empty_strided(h.shape, h.stride(), device=h.device).copy_(h)}
+    with monkeypatch.context() as m:
+        m.setattr(recurrent, "FAST_PATH", fast)
+        o, ht = fused_recurrent_kda(**d)
+    return o, ht, d["initial_state"]
+
+
+def _slot_stride_pool():
+    wide = torch.zeros(6, 3, 2, 16, 16, device=DEVICE)
+    wide[:, 1] = _pool_case(2, slots=6)
+    return wide[:, 1]  # slot stride 3 * HV * K * V
+
+
+def _varlen_step():
+    d = make_inputs(1, 3, 1, 2, 16, 16, device=DEVICE, seqlens=[1, 2], use_qk_l2norm_in_kernel=True)
+    d.update(initial_state=_pool_case(2, slots=6), ssm_state_indices=_idx(4, 1), inplace_final_state=True)
+    return d
+
+
+# (id, make the call's arguments): each a signature of its own
+SIGNATURES = [
+    ("B3", lambda: _pool_step(B=3)),
+    ("fp16", lambda: _pool_step(dtype=torch.float16)),
+    ("flag", lambda: _pool_step(use_qk_l2norm_in_kernel=False)),
+    ("scale", lambda: _pool_step(scale=0.5)),
+    ("lower-bound", lambda: _pool_step(lower_bound=-3.0)),
+    ("int64-indices", lambda: _pool_step(ssm_state_indices=_idx(0, 2))),
+    ("slot-stride", lambda: _pool_step(initial_state=_slot_stride_pool())),
+    ("out", lambda: _pool_step(out=torch.empty(2, 1, 2, 16, device=DEVICE))),
+    ("check-indices-keyword", lambda: _pool_step(check_indices=True)),
+    ("per-sequence-states", lambda: _pool_step(initial_state=_pool_case(2, slots=2), ssm_state_indices=None,
+                                               inplace_final_state=False, output_final_state=True)),
+    ("varlen", _varlen_step),
+]
+
+
+def test_plans_are_kept_per_signature_and_change_no_bit(validations, monkeypatch):
+    """A call validates in full once per signature (shapes, strides, dtypes, flags, scalars, keyword names); repeats,
+    also with other tensor values, reuse its plan. Every call gives the bits of the path without plans."""
+    calls = [("base", _pool_step, True), ("base-new-values", lambda: _pool_step(seed=1), False),
+             *[(name, make, True) for name, make in SIGNATURES], ("B3-new-values", lambda: _pool_step(B=3, seed=2),
+                                                                  False)]
+    for name, make, new in calls:
+        d = make()
+        plain = _run(d, monkeypatch, fast=False)
+        before = len(validations)
+        first = _run(d, monkeypatch, fast=True)
+        assert len(validations) == before + new, name
+        second = _run(d, monkeypatch, fast=True)
+        assert len(validations) == before + new, name
+        for got in (first, second):
+            assert all(a is b or torch.equal(a, b) for a, b in zip(got, plain, strict=True)), name
+    assert len(recurrent._PLANS) == 1 + len(SIGNATURES)
+
+
+def test_a_kept_plan_still_checks_contents_and_argument_types(validations):
+    """Calls of a kept signature still check the indices' and boundaries' contents (before any write); arguments of
+    the wrong type and inputs that require grad take the full validation."""
+    d = _pool_step()
+    fused_recurrent_kda(**d)
+    v = _varlen_step()
+    fused_recurrent_kda(**v)
+    cases = [
+        (d, dict(ssm_state_indices=torch.tensor([0, 6], dtype=torch.int32, device=DEVICE)), ValueError,
+         r"ssm_state_indices`\[1\] = 6 is out of range", False),
+        (d, dict(ssm_state_indices=torch.tensor([2, 2], dtype=torch.int32, device=DEVICE)), ValueError,
+         r"slot 2 to sequences \[0, 1\]", False),
+        (v, dict(cu_seqlens=torch.tensor([0, 2, 1], device=DEVICE), cu_seqlens_cpu=torch.tensor([0, 2, 1])),
+         ValueError, "non-decreasing", False),
+        (d, dict(use_qk_l2norm_in_kernel=1), TypeError, "`use_qk_l2norm_in_kernel` must be a bool", True),
+        (d, dict(scale=True), TypeError, "`scale` must be a real number", True),
+        (d, dict(lower_bound=torch.tensor(-5.0)), TypeError, "`lower_bound` must be a real number", True),
+        (d, dict(scale=torch.tensor(float("inf"))), ValueError, "`scale` must be finite", True),
+        (d, dict(q=d["q"].clone().requires_grad_(True)), ValueError, "overwrites the initial states", True),
+    ]
+    for base, change, exc, match, validated in cases:
+        call = {**base, **change}
+        state = call["initial_state"].clone()
+        before = len(validations)
+        with pytest.raises(exc, match=match):
+            fused_recurrent_kda(**call)
+        assert len(validations) == before + validated, match
+        assert torch.equal(call["initial_state"], state)
+    assert len(recurrent._PLANS) == 2
+
+
+def test_plans_are_bounded(validations, monkeypatch):
+    monkeypatch.setattr(recurrent, "_MAX_PLANS", 2)
+    for B in (1, 2, 3):
+        fused_recurrent_kda(**_pool_step(B=B))
+    assert len(recurrent._PLANS) == 1
+
+
+class _Compiled(CompiledKernel):
+    """Stands in for the kernel Triton compiles on a GPU: its launcher records what it is given."""
+
+    def __getitem__(self, grid):
+        return lambda *args, stream: self.launches.append((grid, args, stream))
+
+
+class _Jit:
+    """Stands in for the JIT kernel on a GPU: launches through the interpreter, records the launch's arguments in
+    the kernel's parameter order, and returns the one `_Compiled` kernel."""
+
+    def __init__(self, kernel):
+        self.kernel, self.arg_names, self.launches = kernel, kernel.arg_names, []
+        self.compiled = object.__new__(_Compiled)
+        self.compiled.launches = []
+
+    def __getitem__(self, grid):
+        def launch(*args, num_warps, num_stages, **constexprs):
+            self.kernel[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+            self.launches.append((grid, [*args, *(constexprs[n] for n in self.arg_names[len(args):])]))
+            return self.compiled
+        return launch
+
+
+def test_compiled_kernel_is_launched_directly_with_the_bound_arguments(validations, monkeypatch):
+    """Where the first launch returns a compiled kernel (a GPU), later calls of the signature launch it directly:
+    with the addresses of their tensors and the first launch's other arguments, in the kernel's parameter order, on
+    the current stream; through Triton again where a pointer is not 16-byte aligned or the current device has
+    none yet."""
+    jit = _Jit(recurrent._kda_recurrent_fwd_kernel)
+    monkeypatch.setattr(recurrent, "_kda_recurrent_fwd_kernel", jit)
+    where = {"device": 0}
+    monkeypatch.setattr(recurrent, "_device_stream", lambda: (where["device"], 7 + where["device"]))
+    d = _pool_step()
+    pool = d["initial_state"].clone()
+    with monkeypatch.context() as m:
+        m.setattr(recurrent, "FAST_PATH", False)
+        o_plain, _ = fused_recurrent_kda(**{**d, "initial_state": pool.clone()})
+    jit.launches.clear()
+    o1, _ = fused_recurrent_kda(**d)
+    assert len(jit.launches) == 1 and not jit.compiled.launches
+    o2, _ = fused_recurrent_kda(**d)
+    grid, bound = jit.launches[0]
+    expected = [o2.data_ptr() if a is o1 else a.data_ptr() if isinstance(a, torch.Tensor) else a for a in bound]
+    assert jit.compiled.launches == [(grid, tuple(expected), 7)] and len(jit.launches) == 1
+    assert all(isinstance(a, torch.Tensor) for a in bound[:13]) and not any(isinstance(a, torch.Tensor)
+                                                                            for a in bound[13:])
+    buf = torch.empty(d["q"].numel() + 1, device=DEVICE)
+    shifted = buf[1:].view(d["q"].shape).copy_(d["q"])  # 4 bytes past an aligned address
+    o3, _ = fused_recurrent_kda(**{**d, "q": shifted, "initial_state": pool.clone()})
+    assert len(jit.launches) == 2 and len(jit.compiled.launches) == 1
+    where["device"] = 1
+    fused_recurrent_kda(**d)
+    fused_recurrent_kda(**d)
+    assert len(jit.launches) == 3 and jit.compiled.launches[-1][2] == 8 and len(jit.compiled.launches) == 2
+    assert len(validations) == 2  # the call without plans and the first call
+    assert torch.equal(o1, o_plain) and torch.equal(o3, o_plain)
+
+
 # ---------------------------------------------------------------- GPU: against fla, CUDA graphs
 
 def _fla_errors(d, dtype):
@@ -554,3 +735,21 @@ def test_cuda_graph_replay_equals_eager():
                                      ssm_state_indices=idx, inplace_final_state=True)
     torch.cuda.synchronize()
     assert torch.equal(o_graph, o_eager) and torch.equal(graph_pool, pool)
+
+
+@pytest.mark.gpu
+def test_direct_launch_equals_the_launch_through_triton(monkeypatch):
+    """On a GPU the calls after a signature's first launch the compiled kernel directly: a B64 decode step (Kimi
+    flags, bf16) gives the bits of the step without plans, o and pool."""
+    kw = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, lower_bound=-5.0,
+              use_beta_sigmoid_in_kernel=True)
+    d = make_inputs(64, 1, 32, 32, 128, 128, dtype=torch.bfloat16, device="cuda", **kw)
+    pool = torch.randn(128, 32, 128, 128, device="cuda")
+    idx = torch.randperm(128, device="cuda")[:64].to(torch.int32)
+    d.update(initial_state=pool, ssm_state_indices=idx, inplace_final_state=True, check_indices=False)
+    recurrent.clear_plans()
+    plain = _run(d, monkeypatch, fast=False)
+    for _ in range(3):
+        got = _run(d, monkeypatch, fast=True)
+        assert torch.equal(got[0], plain[0]) and torch.equal(got[2], plain[2])
+    assert [bool(plan.runners) for plan in recurrent._PLANS.values()] == [True]

@@ -680,18 +680,33 @@ def validate_fused_recurrent_kda(
     if grad and out is not None:
         raise ValueError("`out` cannot be combined with inputs that require grad; pass out=None.")
 
-    check = check_indices and not capturing(q.device)
-    seqlens_cpu = None
-    if cu_seqlens is not None and (check or grad or cu_seqlens_cpu is not None or cu_seqlens.device.type == "cpu"):
-        seqlens_cpu = seqlens_on_cpu(cu_seqlens, cu_seqlens_cpu, T)
-    if pool and check:
-        lengths = seqlens_cpu[1:] - seqlens_cpu[:-1] if seqlens_cpu is not None else torch.full((N,), T)
-        check_slot_contents(ssm_state_indices, num_accepted_tokens, lengths, initial_state.shape[0],
-                            per_token and inplace_final_state)
+    seqlens_cpu = check_recurrent_contents(q.device, T, N, cu_seqlens, cu_seqlens_cpu, ssm_state_indices,
+                                           num_accepted_tokens, initial_state, inplace_final_state, check_indices,
+                                           grad)
     return RecurrentProblem(B=B, T=T, H=H, HV=HV, K=K, V=V, N=N, scale=scale_value, A_log=A_log, dt_bias=dt_bias,
                             state_v_first=state_v_first,
                             num_slots=initial_state.shape[0] if initial_state is not None else 0,
                             seqlens_cpu=seqlens_cpu, requires_grad=grad)
+
+
+def check_recurrent_contents(device: torch.device, T: int, N: int, cu_seqlens, cu_seqlens_cpu, ssm_state_indices,
+                             num_accepted_tokens, initial_state, inplace_final_state: bool, check_indices: bool,
+                             grad: bool) -> torch.Tensor | None:
+    """The checks of `validate_fused_recurrent_kda` that read tensor contents, for arguments whose form it already
+    checked (q on `device` with T tokens per row, N sequences): cu_seqlens (`seqlens_on_cpu`) whenever
+    ``check_indices`` holds outside CUDA-graph capture, a backward may follow (`grad`), cu_seqlens_cpu is given or
+    the boundaries live on the CPU; the slots of ssm_state_indices / num_accepted_tokens (`check_slot_contents`)
+    whenever ``check_indices`` holds outside capture. Returns the checked boundaries (`RecurrentProblem.seqlens_cpu`).
+    """
+    check = check_indices and not capturing(device)
+    seqlens_cpu = None
+    if cu_seqlens is not None and (check or grad or cu_seqlens_cpu is not None or cu_seqlens.device.type == "cpu"):
+        seqlens_cpu = seqlens_on_cpu(cu_seqlens, cu_seqlens_cpu, T)
+    if ssm_state_indices is not None and check:
+        lengths = seqlens_cpu[1:] - seqlens_cpu[:-1] if seqlens_cpu is not None else torch.full((N,), T)
+        check_slot_contents(ssm_state_indices, num_accepted_tokens, lengths, initial_state.shape[0],
+                            ssm_state_indices.ndim == 2 and inplace_final_state)
+    return seqlens_cpu
 
 
 def validate_state_pool(pool, ssm_state_indices, inplace_final_state, p: KDAProblem, device: torch.device) -> None:

@@ -27,9 +27,10 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.compiler import CompiledKernel
 
 from triton_kda._jit import _state_offsets
-from triton_kda._validate import RecurrentProblem, validate_fused_recurrent_kda
+from triton_kda._validate import RecurrentProblem, check_recurrent_contents, validate_fused_recurrent_kda
 from triton_kda.chunk_fwd import plan_chunks
 from triton_kda.configs import _kpad, arch_of, recurrent_bwd_config, recurrent_fwd_config, sm_count
 from triton_kda.gate import _gate_input_of, gate_mode, kda_gate_act, kda_gate_act_bwd
@@ -311,36 +312,84 @@ def _index_args(indices: torch.Tensor | None) -> tuple[int, int, int, int]:
     return 2, indices.stride(0), indices.stride(1), indices.shape[1]
 
 
-def recurrent_fwd(q, k, v, g, beta, h0, indices, num_accepted, cu_seqlens, p: RecurrentProblem, flags: dict, *,
-                  inplace: bool, output_final_state: bool,
-                  out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Launch `_kda_recurrent_fwd_kernel` with the table's configuration (`recurrent_fwd_config`). q, k:
-    [B, T, H, K]; v: [B, T, HV, V]; g: [B, T, HV, K]; beta: [B, T, HV] (all contiguous); h0: None, [N, HV, K, V] or
-    a pool (last three dims contiguous); indices, num_accepted, cu_seqlens: as the public function takes them;
-    flags: from `fused_recurrent_kda`. Returns (o [B, T, HV, V] in q's dtype (`out` when given), final states
-    [N, HV, K, V] fp32 or None; with `inplace` the states go into h0 and None is returned for them)."""
-    dev = q.device
-    arch = arch_of(dev)
-    cfg = recurrent_fwd_config(arch, p.K, p.V, p.N * p.HV, sm_count(dev))
-    NV = triton.cdiv(p.V, cfg.BV)
-    o = out if out is not None else torch.empty(v.shape, dtype=q.dtype, device=dev)
-    ht = None
-    if output_final_state and not inplace:
-        ht = torch.empty((p.N, p.HV, p.V, p.K) if p.state_v_first else (p.N, p.HV, p.K, p.V), dtype=torch.float32,
-                         device=dev)
-    idx_mode, s_in, s_it, S_cols = _index_args(indices)
-    _kda_recurrent_fwd_kernel[(NV * p.HV * p.N,)](
-        q, k, v, g, beta, p.A_log if p.A_log is not None else q, p.dt_bias if p.dt_bias is not None else q,
-        h0 if h0 is not None else o, o, ht if ht is not None else o,
-        cu_seqlens if cu_seqlens is not None else q, indices if indices is not None else q,
-        num_accepted if num_accepted is not None else q,
-        p.scale, flags["lower_bound"], p.T, p.B * p.T, h0.stride(0) if h0 is not None else 0, s_in, s_it, S_cols,
-        p.num_slots,
-        V=p.V, BV=cfg.BV, NV=NV, HAS_H0=h0 is not None, STORE_HT=ht is not None, INPLACE=inplace,
-        IS_VARLEN=cu_seqlens is not None, IDX_MODE=idx_mode, HAS_ACCEPTED=num_accepted is not None,
-        V_FIRST=p.state_v_first, **_kernel_flags(q, p, flags), num_warps=cfg.num_warps, num_stages=1,
-    )
+class _FwdPlan:
+    """What a forward launch needs that the call's signature fixes: the final states' shape, the grid, the kernel's
+    scalar and constexpr arguments (`recurrent_fwd_config`'s configuration), and, for a plan kept per signature
+    (`runners` not None), the compiled kernel of its first launch on each device with every pointer 16-byte
+    aligned (Triton specialises on that): later launches like it go to that kernel directly, past Triton's per-call
+    argument binding. The interpreter compiles nothing, so there every launch goes through Triton."""
+
+    __slots__ = ("T", "N", "device", "o_dtype", "ht_shape", "grid", "scalars", "constexprs", "num_warps",
+                 "runners", "tail")
+
+    def __init__(self, q, h0, indices, num_accepted, cu_seqlens, p: RecurrentProblem, flags: dict, *,
+                 inplace: bool, output_final_state: bool, keep: bool):
+        dev = q.device
+        cfg = recurrent_fwd_config(arch_of(dev), p.K, p.V, p.N * p.HV, sm_count(dev))
+        NV = triton.cdiv(p.V, cfg.BV)
+        idx_mode, s_in, s_it, S_cols = _index_args(indices)
+        self.T, self.N, self.device, self.o_dtype = p.T, p.N, dev, q.dtype
+        self.ht_shape = None
+        if output_final_state and not inplace:
+            self.ht_shape = (p.N, p.HV, p.V, p.K) if p.state_v_first else (p.N, p.HV, p.K, p.V)
+        self.grid = (NV * p.HV * p.N,)
+        self.scalars = (p.scale, flags["lower_bound"], p.T, p.B * p.T, h0.stride(0) if h0 is not None else 0, s_in,
+                        s_it, S_cols, p.num_slots)
+        self.constexprs = dict(
+            V=p.V, BV=cfg.BV, NV=NV, HAS_H0=h0 is not None, STORE_HT=self.ht_shape is not None, INPLACE=inplace,
+            IS_VARLEN=cu_seqlens is not None, IDX_MODE=idx_mode, HAS_ACCEPTED=num_accepted is not None,
+            V_FIRST=p.state_v_first, **_kernel_flags(q, p, flags))
+        self.num_warps = cfg.num_warps
+        self.runners: dict | None = {} if keep else None  # current device -> launcher of the compiled kernel
+        self.tail = ()  # the scalar and constexpr arguments in the kernel's parameter order
+
+
+def _device_stream() -> tuple[int, int]:
+    """(current device index, handle of its current stream): where Triton launches."""
+    active = triton.runtime.driver.active
+    dev = active.get_current_device()
+    return dev, active.get_current_stream(dev)
+
+
+def _launch_fwd(plan: _FwdPlan, q, k, v, g, beta, A_log, dt_bias, h0, indices, num_accepted, cu_seqlens,
+                out) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Launch `_kda_recurrent_fwd_kernel` for `plan`. q, k: [B, T, H, K]; v: [B, T, HV, V]; g: [B, T, HV, K];
+    beta: [B, T, HV]; A_log, dt_bias: None or HV and HV * K elements (all contiguous); h0: None, [N, HV, K, V] or a
+    pool (last three dims contiguous); indices, num_accepted, cu_seqlens: as the public function takes them.
+    Returns (o [B, T, HV, V] in q's dtype (`out` when given), final states [N, HV, K, V] fp32 or None)."""
+    # empty_like(v): the shape, device and contiguous layout of torch.empty(v.shape, ...) at half its host cost
+    o = out if out is not None else torch.empty_like(v, dtype=plan.o_dtype, memory_format=torch.contiguous_format)
+    ht = torch.empty(plan.ht_shape, dtype=torch.float32, device=plan.device) if plan.ht_shape is not None else None
+    ptrs = (q, k, v, g, beta, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
+            h0 if h0 is not None else o, o, ht if ht is not None else o, cu_seqlens if cu_seqlens is not None else q,
+            indices if indices is not None else q, num_accepted if num_accepted is not None else q)
+    if plan.runners:
+        addrs = [t.data_ptr() for t in ptrs]
+        bits = 0
+        for a in addrs:
+            bits |= a
+        if not bits & 15:
+            dev, stream = _device_stream()
+            runner = plan.runners.get(dev)
+            if runner is not None:
+                runner(*addrs, *plan.tail, stream=stream)
+                return o, ht
+    kernel = _kda_recurrent_fwd_kernel
+    compiled = kernel[plan.grid](*ptrs, *plan.scalars, **plan.constexprs, num_warps=plan.num_warps, num_stages=1)
+    if plan.runners is not None and isinstance(compiled, CompiledKernel) and all(t.data_ptr() % 16 == 0 for t in ptrs):
+        names = kernel.arg_names[len(ptrs) + len(plan.scalars):]
+        plan.tail = plan.scalars + tuple(plan.constexprs[n] for n in names)
+        plan.runners[_device_stream()[0]] = compiled[plan.grid]
     return o, ht
+
+
+def recurrent_fwd(q, k, v, g, beta, h0, indices, num_accepted, cu_seqlens, p: RecurrentProblem, flags: dict, *,
+                  inplace: bool, output_final_state: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`_launch_fwd` with a plan for this call alone (the autograd path); p.A_log / p.dt_bias: the gate
+    parameters, flat."""
+    plan = _FwdPlan(q, h0, indices, num_accepted, cu_seqlens, p, flags, inplace=inplace,
+                    output_final_state=output_final_state, keep=False)
+    return _launch_fwd(plan, q, k, v, g, beta, p.A_log, p.dt_bias, h0, indices, num_accepted, cu_seqlens, None)
 
 
 def recurrent_bwd(q, k, v, g, beta, h0, indices, num_accepted, cu_seqlens, do, dht, p: RecurrentProblem,
@@ -413,6 +462,60 @@ class FusedRecurrentKDAFunction(torch.autograd.Function):
         return dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0, None, None, None, None, None, None
 
 
+FAST_PATH = True  # False: every call validates in full and launches through Triton's binder (benchmarks compare)
+_MAX_PLANS = 4096
+_PLANS: dict[tuple, _FwdPlan] = {}
+
+
+def clear_plans() -> None:
+    """Forget the plans kept per call signature (e.g. after changing `recurrent_fwd_config`)."""
+    _PLANS.clear()
+
+
+def _signature(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, lower_bound, cu_seqlens, indices,
+               num_accepted, out, cu_seqlens_cpu, kwargs: dict, flags: tuple) -> tuple | None:
+    """The key under which `fused_recurrent_kda` keeps a call's validated `_FwdPlan`: all that its validation and
+    launch read except tensor contents and addresses (each tensor's shape, dtype and device, the strides the kernel
+    takes, the flags, scale, lower_bound and the keyword names). None for calls that take the full path every time:
+    inputs that require grad (autograd), a scale given as a tensor, flags that are not bools or tensor arguments
+    that are not tensors (validation rejects them), the deprecated transpose_state_layout (it warns per call), and
+    torch.compile tracing."""
+    if "transpose_state_layout" in kwargs or torch.compiler.is_compiling():
+        return None
+    for f in flags:
+        if f.__class__ is not bool:
+            return None
+    for x in (scale, lower_bound):
+        if x is not None and x.__class__ is not float and x.__class__ is not int:
+            return None
+    gate = flags[2]
+    if not gate:
+        A_log = dt_bias = None
+    Tensor = torch.Tensor
+    for t in (q, k, v, g, beta):
+        if not isinstance(t, Tensor):
+            return None
+    for t in (A_log, dt_bias, initial_state, cu_seqlens, indices, num_accepted, out):
+        if t is not None and not isinstance(t, Tensor):
+            return None
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
+                                    or beta.requires_grad or (A_log is not None and A_log.requires_grad)
+                                    or (dt_bias is not None and dt_bias.requires_grad)
+                                    or (initial_state is not None and initial_state.requires_grad)):
+        return None
+    return (flags, scale, lower_bound, tuple(kwargs), cu_seqlens_cpu is None,
+            q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, v.shape, v.dtype, v.device,
+            g.shape, g.dtype, g.device, beta.shape, beta.dtype, beta.device,
+            None if A_log is None else (A_log.shape, A_log.dtype, A_log.device),
+            None if dt_bias is None else (dt_bias.shape, dt_bias.dtype, dt_bias.device),
+            None if initial_state is None else (initial_state.shape, initial_state.stride(), initial_state.dtype,
+                                                initial_state.device),
+            None if cu_seqlens is None else (cu_seqlens.shape, cu_seqlens.dtype, cu_seqlens.device),
+            None if indices is None else (indices.shape, indices.stride(), indices.dtype, indices.device),
+            None if num_accepted is None else (num_accepted.shape, num_accepted.dtype, num_accepted.device),
+            None if out is None else (out.shape, out.dtype, out.device, out.is_contiguous()))
+
+
 def fused_recurrent_kda(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -475,31 +578,53 @@ def fused_recurrent_kda(
         at the slots read, zeros elsewhere); deterministic.
 
     One launch per call, no host-device sync with ``check_indices=False`` (or cu_seqlens_cpu and no indices) and
-    fixed shapes: safe to capture in a CUDA graph.
+    fixed shapes: safe to capture in a CUDA graph. Calls without autograd keep what their signature fixes (shapes,
+    strides, dtypes, devices, flags, scale, lower_bound: the validated problem, launch configuration and, on a GPU,
+    the compiled kernel, launched directly) for the next call with the same signature, which then only checks
+    tensor contents (with ``check_indices``) before its launch.
     """
     ssm_state_indices, num_accepted_tokens = kwargs.get("ssm_state_indices"), kwargs.get("num_accepted_tokens")
     inplace_final_state, out = kwargs.get("inplace_final_state", False), kwargs.get("out")
-    p = validate_fused_recurrent_kda(
-        q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
-        use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, state_v_first, cu_seqlens,
-        ssm_state_indices, num_accepted_tokens, inplace_final_state, kwargs.get("cu_seqlens_cpu"), out,
-        kwargs.get("check_indices", True), kwargs,
-    )
-    gate = gate_mode(use_gate_in_kernel, lower_bound)
-    flags = dict(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, gate=gate,
-                 lower_bound=float(lower_bound) if gate == 2 else 0.0,
-                 use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)
-    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
+    cu_seqlens_cpu, check_indices = kwargs.get("cu_seqlens_cpu"), kwargs.get("check_indices", True)
+    key = None
+    if FAST_PATH:
+        key = _signature(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, lower_bound, cu_seqlens,
+                         ssm_state_indices, num_accepted_tokens, out, cu_seqlens_cpu, kwargs,
+                         (output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+                          use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, inplace_final_state,
+                          check_indices))
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is None:
+        p = validate_fused_recurrent_kda(
+            q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+            use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, lower_bound, state_v_first, cu_seqlens,
+            ssm_state_indices, num_accepted_tokens, inplace_final_state, cu_seqlens_cpu, out, check_indices, kwargs,
+        )
+    else:  # a signature validated before: only the checks of tensor contents remain
+        check_recurrent_contents(q.device, plan.T, plan.N, cu_seqlens, cu_seqlens_cpu, ssm_state_indices,
+                                 num_accepted_tokens, initial_state, inplace_final_state, check_indices, False)
+    q, k, v, g, beta = q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), beta.contiguous()
     h0 = initial_state
     if h0 is not None and not (inplace_final_state or ssm_state_indices is not None):
         h0 = h0.contiguous()
-    A_log, dt_bias = p.A_log, p.dt_bias
-    if A_log is not None or dt_bias is not None:
-        p = p._replace(A_log=A_log.reshape(-1).contiguous() if A_log is not None else None,
-                       dt_bias=dt_bias.reshape(-1).contiguous() if dt_bias is not None else None)
-    if p.requires_grad:
-        return FusedRecurrentKDAFunction.apply(q, k, v, g, beta, A_log, dt_bias, h0, ssm_state_indices,
-                                               num_accepted_tokens, cu_seqlens, p, flags, output_final_state)
-    o, ht = recurrent_fwd(q, k, v, g, beta, h0, ssm_state_indices, num_accepted_tokens, cu_seqlens, p, flags,
-                          inplace=inplace_final_state, output_final_state=output_final_state, out=out)
+    A_log, dt_bias = (A_log, dt_bias) if use_gate_in_kernel else (None, None)
+    flat_A_log = A_log.contiguous() if A_log is not None else None
+    flat_dt_bias = dt_bias.contiguous() if dt_bias is not None else None
+    if plan is None:
+        p = p._replace(A_log=flat_A_log, dt_bias=flat_dt_bias)
+        gate = gate_mode(use_gate_in_kernel, lower_bound)
+        flags = dict(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, gate=gate,
+                     lower_bound=float(lower_bound) if gate == 2 else 0.0,
+                     use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)
+        if p.requires_grad:
+            return FusedRecurrentKDAFunction.apply(q, k, v, g, beta, A_log, dt_bias, h0, ssm_state_indices,
+                                                   num_accepted_tokens, cu_seqlens, p, flags, output_final_state)
+        plan = _FwdPlan(q, h0, ssm_state_indices, num_accepted_tokens, cu_seqlens, p, flags,
+                        inplace=inplace_final_state, output_final_state=output_final_state, keep=key is not None)
+        if key is not None:
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    o, ht = _launch_fwd(plan, q, k, v, g, beta, flat_A_log, flat_dt_bias, h0, ssm_state_indices,
+                        num_accepted_tokens, cu_seqlens, out)
     return o, (initial_state if inplace_final_state else ht)
