@@ -289,6 +289,27 @@ def test_speculative_steps_with_accepted_tokens_equal_step_by_step():
     assert not torch.equal(pool, state["pool"])
 
 
+def test_strided_cu_seqlens_and_accepted_counts_equal_contiguous_ones():
+    """1-D cu_seqlens and num_accepted_tokens given as strided views give what their contiguous copies give."""
+    pool = _pool_case(2, slots=6)
+    idx = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=DEVICE)
+    d = make_inputs(1, 3, 1, 2, 16, 16, device=DEVICE, seqlens=[2, 1], seed=3, use_qk_l2norm_in_kernel=True)
+    acc = torch.tensor([2, 1], dtype=torch.int64, device=DEVICE)
+    outs = []
+    for strided in (False, True):
+        args = dict(d)
+        a = acc
+        if strided:
+            args["cu_seqlens"] = torch.stack([d["cu_seqlens"], d["cu_seqlens"] + 100], 1)[:, 0]
+            a = torch.stack([acc, acc + 7], 1)[:, 0]
+            assert not args["cu_seqlens"].is_contiguous() and not a.is_contiguous()
+        p = pool.clone()
+        o, _ = fused_recurrent_kda(**args, initial_state=p, ssm_state_indices=idx, num_accepted_tokens=a,
+                                   inplace_final_state=True)
+        outs.append((o, p))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
 def test_per_token_indices_without_accepted_read_column_zero_and_skip_negative_writes():
     d = make_inputs(2, 2, 1, 2, 16, 16, device=DEVICE)
     pool = _pool_case(2, slots=6)
@@ -593,9 +614,11 @@ def test_plans_are_bounded(validations, monkeypatch):
 
 
 class _Compiled(CompiledKernel):
-    """Stands in for the kernel Triton compiles on a GPU: its launcher records what it is given."""
+    """Stands in for the kernel Triton compiles on a GPU: its launcher records what it is given (a grid of three
+    dims: Triton's runner reads grid[0], grid[1] and grid[2])."""
 
     def __getitem__(self, grid):
+        assert len(grid) == 3, f"a CompiledKernel runner needs a 3-dim grid, got {grid}"
         return lambda *args, stream: self.launches.append((grid, args, stream))
 
 

@@ -332,7 +332,7 @@ class _FwdPlan:
         self.ht_shape = None
         if output_final_state and not inplace:
             self.ht_shape = (p.N, p.HV, p.V, p.K) if p.state_v_first else (p.N, p.HV, p.K, p.V)
-        self.grid = (NV * p.HV * p.N,)
+        self.grid = (NV * p.HV * p.N, 1, 1)  # three dims: a CompiledKernel runner reads grid[0..2]
         self.scalars = (p.scale, flags["lower_bound"], p.T, p.B * p.T, h0.stride(0) if h0 is not None else 0, s_in,
                         s_it, S_cols, p.num_slots)
         self.constexprs = dict(
@@ -604,6 +604,10 @@ def fused_recurrent_kda(
         check_recurrent_contents(q.device, plan.T, plan.N, cu_seqlens, cu_seqlens_cpu, ssm_state_indices,
                                  num_accepted_tokens, initial_state, inplace_final_state, check_indices, False)
     q, k, v, g, beta = q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), beta.contiguous()
+    if cu_seqlens is not None:  # the kernels read these 1-D tables as contiguous
+        cu_seqlens = cu_seqlens.contiguous()
+    if num_accepted_tokens is not None:
+        num_accepted_tokens = num_accepted_tokens.contiguous()
     h0 = initial_state
     if h0 is not None and not (inplace_final_state or ssm_state_indices is not None):
         h0 = h0.contiguous()
