@@ -245,15 +245,15 @@ class RecurrentBwdConfig:
 def recurrent_fwd_config(arch: int, K: int, V: int, heads: int, sms: int) -> RecurrentConfig:
     """The decode / token-recurrence forward (recurrent.py): one program per (sequence, v-head, V block) reads and
     writes each state element once, so the launch is memory-bound; ``heads`` = N * HV, ``sms`` the GPU's SM count.
-    32-wide blocks when they give at least two programs per SM, else 16-wide ones (more programs in flight for
-    small batches). sm_90 ptxas (triton 3.7), K = V = 128: 96 registers at BV 32, 74 at BV 16, no spills. H100
-    (2026-11-24, `benchmarks/decode_check.py`'s sweep, CUDA-graph replay, HV 32, K = V = 128): this table 4.0 /
-    105.0 / 411.2 us at B1 / B64 / B256; BV 64 with 4 warps 98.4 / 382.3 us at B64 / B256 (1.07x the state traffic
-    floor), BV 16 with 1 warp 3.5 us at B1: candidates, not adopted before the sweep repeats them."""
+    The widest V block (64, 32, 16) that still gives at least two programs per SM: wide blocks for large batches,
+    more programs in flight for small ones. H100 (2026-11-24, `benchmarks/decode_check.py`'s sweep, HV 32,
+    K = V = 128, two runs): BV 64 with 4 warps 382.3 / 382.7 us at B256 in CUDA graphs against 411.2 / 411.9 for
+    BV 32 (1.07x the state traffic floor), and 98.4 / 110.6 us against 105.0 / 113.2 at B64; B1 takes BV 16
+    (3.7 us)."""
     if arch == 0:
         return RecurrentConfig(BV=min(16, triton.next_power_of_2(V)), num_warps=4)
     BK = _kpad(K, arch)
-    BV = 32 if heads * triton.cdiv(V, 32) >= 2 * sms else 16
+    BV = next((bv for bv in (64, 32) if heads * triton.cdiv(V, bv) >= 2 * sms), 16)
     return RecurrentConfig(BV=min(BV, triton.next_power_of_2(V)), num_warps=4 if BK <= 128 else 8)
 
 

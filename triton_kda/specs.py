@@ -135,7 +135,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
 
 def _recurrent_specs(arch: int, K: int, V: int, dname: str, ty: str) -> list[CompileSpec]:
     """The fused_recurrent_kda kernels (recurrent.py) of one (K, V, dtype): the forward with each V block the table
-    picks (a small and a large batch), in its serving form (pool, per-token indices, accepted counts, in place), the
+    picks (a small, a middle and a large batch), in its serving form (pool, per-token indices, accepted counts, in place), the
     reverse pass and the input-gradient kernel."""
 
     BK = _kpad(K, arch)
@@ -144,7 +144,7 @@ def _recurrent_specs(arch: int, K: int, V: int, dname: str, ty: str) -> list[Com
     tables = {"cu_seqlens": "*i64", "indices": "*i32", "num_accepted": "*i32"}
     ints = {n: "i32" for n in ("T", "TT", "stride_h0", "s_in", "s_it", "S_cols", "num_slots")}
     specs = []
-    for heads in (1, 1 << 20):
+    for heads in (1, triton.cdiv(2 * 132, triton.cdiv(V, 32)), 1 << 20):
         cfg = recurrent_fwd_config(arch, K, V, heads, 132)
         sig = {n: f"*{ty}" for n in ("q", "k", "v", "g", "beta")}
         sig.update({"A_log": "*fp32", "dt_bias": "*fp32", "h0": "*fp32", "o": f"*{ty}", "ht": "*fp32", **tables,
