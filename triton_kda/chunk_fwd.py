@@ -104,7 +104,7 @@ class IntraOut(NamedTuple):
 
 
 class StateOut(NamedTuple):
-    o: torch.Tensor                     # [TT, HV, V] in the input dtype
+    o: torch.Tensor | None              # [TT, HV, V] in the input dtype
     final_state: torch.Tensor | None    # [N, HV, K, V] fp32 (V-first if asked)
     h: torch.Tensor | None              # [NT, HV, K, V] state at each chunk start
     v_new: torch.Tensor | None          # [TT, HV, V]
@@ -202,11 +202,14 @@ def wy_recompute(q, k, v, g, A_log, dt_bias, Aqk, rstd_q, rstd_k, beta_act, Akk,
 
 
 def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, *, output_final_state: bool,
-              state_v_first: bool, store_h: bool, store_v_new: bool, h_dtype: torch.dtype) -> StateOut:
+              state_v_first: bool, store_h: bool, store_v_new: bool, h_dtype: torch.dtype,
+              store_o: bool = True) -> StateOut:
+    """Launch `_kda_state_fwd_kernel` over the sequences (or their intra-card CP pieces). Without `store_o` (the
+    backward's recompute of h and v_new) o is not formed: StateOut.o is None."""
     TT, HV, K = intra.w.shape
     dev, dt = intra.w.device, intra.w.dtype
     arch = arch_of(dev)
-    o = torch.empty(TT, HV, V, device=dev, dtype=dt)
+    o = torch.empty(TT if store_o else 0, HV, V, device=dev, dtype=dt)
     # intra-card CP: long sequences run as pieces, each from its start state (state_cp.py)
     pieces = plan_pieces(plan.lens, BT, HV, K, V, intra.w.element_size(), dev, seqs=plan)
     runs, h0 = plan, initial_state
@@ -226,14 +229,15 @@ def state_fwd(intra: IntraOut, initial_state, plan: ChunkPlan, BT: int, V: int, 
             h if h is not None else o, v_new if v_new is not None else o,
             runs.cu_seqlens, runs.chunk_offsets,
             HV=HV, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=cfg.BV,
-            HAS_H0=h0 is not None, STORE_HT=output_final_state, STORE_H=store_h, STORE_VNEW=store_v_new,
+            HAS_H0=h0 is not None, STORE_O=store_o, STORE_HT=output_final_state, STORE_H=store_h,
+            STORE_VNEW=store_v_new,
             V_FIRST=state_v_first, IS_BF16=dt == torch.bfloat16, PREC=precision_of(dt),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 
     es = intra.w.element_size()
-    key = ("state_fwd", arch, dt, K, V, BT, HV, triton.next_power_of_2(runs.N), store_h, store_v_new)
+    key = ("state_fwd", arch, dt, K, V, BT, HV, triton.next_power_of_2(runs.N), store_o, store_h, store_v_new)
     launch(tuned(key, state_config(arch, K, V, es), state_candidates(arch, K, V, es), launch))
     if pieces is not None and ht is not None:
         ht = ht[pieces.last]
-    return StateOut(o, ht, h, v_new)
+    return StateOut(o if store_o else None, ht, h, v_new)

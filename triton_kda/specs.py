@@ -79,8 +79,8 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 sig.update({n: "*fp32" for n in ("gl", "h0", "ht")})
                 sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
-                ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_H0=True, STORE_HT=True, STORE_H=True,
-                          STORE_VNEW=True, V_FIRST=False, IS_BF16=is_bf16, PREC=prec)
+                ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_H0=True, STORE_O=True, STORE_HT=True,
+                          STORE_H=True, STORE_VNEW=True, V_FIRST=False, IS_BF16=is_bf16, PREC=prec)
                 specs.append(CompileSpec(f"state_fwd K{K} V{V} BT{BT} {dname}", _kda_state_fwd_kernel, sig, ce,
                                          sc.num_warps, sc.num_stages))
                 sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "do")}

@@ -41,11 +41,12 @@ def _kda_state_fwd_kernel(
     qg, kg, w, u, Aqk, gl, h0, o, ht, h, v_new,
     cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_H: tl.constexpr, STORE_VNEW: tl.constexpr,
-    V_FIRST: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
+    HAS_H0: tl.constexpr, STORE_O: tl.constexpr, STORE_HT: tl.constexpr, STORE_H: tl.constexpr,
+    STORE_VNEW: tl.constexpr, V_FIRST: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
 ):
     """qg, kg, w: [TT, HV, K]; u, o, v_new: [TT, HV, V]; Aqk: [TT, HV, BT]; gl: [NT, HV, K] fp32 (log2 units);
-    h0, ht: [N, HV, K, V] fp32 ([N, HV, V, K] if V_FIRST); h: [NT, HV, K, V] (same layout rule as the states)."""
+    h0, ht: [N, HV, K, V] fp32 ([N, HV, V, K] if V_FIRST); h: [NT, HV, K, V] (same layout rule as the states).
+    Without STORE_O (the backward's recompute of h and v_new) qg and Aqk are not read and o is not formed."""
     i_v, i_n, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, o_k, o_v, m_kv, off_kv = _seq_state_coords(cu_seqlens, i_n, i_v, K, V, BK, BV, V_FIRST)
     b_S = tl.zeros((BK, BV), dtype=tl.float32)
@@ -65,10 +66,11 @@ def _kda_state_fwd_kernel(
         b_vn = tl.load(p_u, boundary_check=(0, 1)).to(tl.float32)
         b_vn -= tl.dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), b_Sop, input_precision=PREC)
         b_vnop = _op(_finite_or_zero(b_vn), IS_BF16)
-        b_o = tl.dot(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16), b_Sop, input_precision=PREC)
-        b_o += tl.dot(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16), b_vnop, input_precision=PREC)
-        p_o = tl.make_block_ptr(o + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        tl.store(p_o, b_o.to(p_o.dtype.element_ty), boundary_check=(0, 1))
+        if STORE_O:
+            b_o = tl.dot(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16), b_Sop, input_precision=PREC)
+            b_o += tl.dot(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16), b_vnop, input_precision=PREC)
+            p_o = tl.make_block_ptr(o + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+            tl.store(p_o, b_o.to(p_o.dtype.element_ty), boundary_check=(0, 1))
         if STORE_VNEW:
             p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV),
                                      (1, 0))
