@@ -14,6 +14,7 @@ Prints markdown tables; the last line is a one-line summary.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import statistics
@@ -98,6 +99,33 @@ def errors(fns: dict) -> list[str]:
     return rows
 
 
+def intra_bwd_sweep(spec: str, configs: str, text: str) -> list[str]:
+    """fwd+bwd time of package `spec` (NAME=DIR:MODULE) with each chunk-local backward configuration of `configs`
+    ("BK,BV,warps,stages;..."), the table's own first."""
+    name, where = spec.split("=", 1)
+    mod = importlib.import_module(where.split(":", 1)[1] + ".intra")
+    table = mod.intra_bwd_config
+    B, T, H = shape_of(text)
+    d = inputs(B, T, H, torch.bfloat16)
+    do = torch.randn_like(d["v"])
+    fn = importlib.import_module(where.split(":", 1)[1]).chunk_kda
+    rows = [f"{name}: chunk-local backward configurations, {text} bf16 fwd+bwd", "| config | ms |", "|---|---:|"]
+    for cfg in [None, *configs.split(";")]:
+        if cfg is not None:
+            bk, bv, nw, ns = (int(x) for x in cfg.split(","))
+            mod.intra_bwd_config = lambda arch, K, V, c=(bk, bv, nw, ns): dataclasses.replace(
+                table(arch, K, V), BK=c[0], BV=c[1], num_warps=c[2], num_stages=c[3])
+        label = f"table {table(9, 128, 128)}" if cfg is None else cfg
+        try:
+            ms = do_bench(lambda: step(fn, d, do), warmup=50, rep=300, grad_to_none=list(d.values()))
+            rows.append(f"| {label} | {ms:.3f} |")
+        except Exception as exc:  # a configuration this GPU cannot run
+            rows.append(f"| {label} | failed: {type(exc).__name__} |")
+        print(rows[-1], flush=True)
+    mod.intra_bwd_config = table
+    return rows
+
+
 def deterministic(fn) -> bool:
     from tests.test_vs_fla import _cotangents, _run, kimi_bf16
 
@@ -115,12 +143,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", default=None)
     ap.add_argument("--errors", action="store_true")
+    ap.add_argument("--intra-bwd-configs", default=None, help="BK,BV,warps,stages;... tried on the last --pkg")
     args = ap.parse_args()
     fns = dict(load(s) for s in args.pkg)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     out = timings(fns, args.shapes.split(","), args.dtypes.split(","), args.rounds) if args.shapes else []
     if args.profile:
         out += profile(fns, args.profile)
+    if args.intra_bwd_configs:
+        out += intra_bwd_sweep(args.pkg[-1], args.intra_bwd_configs, args.profile or "B2-T8192-H32")
     if args.errors:
         out += errors(fns)
     det = {n: deterministic(fn) for n, fn in fns.items()}
