@@ -148,16 +148,20 @@ def main():
     fns = dict(load(s) for s in args.pkg)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     out = timings(fns, args.shapes.split(","), args.dtypes.split(","), args.rounds) if args.shapes else []
+    sections = []
     if args.profile:
-        out += profile(fns, args.profile)
+        sections.append(lambda: profile(fns, args.profile))
     if args.intra_bwd_configs:
-        out += intra_bwd_sweep(args.pkg[-1], args.intra_bwd_configs, args.profile or "B2-T8192-H32")
+        sections.append(lambda: intra_bwd_sweep(args.pkg[-1], args.intra_bwd_configs, args.profile or "B2-T8192-H32"))
     if args.errors:
-        out += errors(fns)
-    det = {n: deterministic(fn) for n, fn in fns.items()}
-    out.append("bit-identical reruns (Kimi bf16 case): " + ", ".join(f"{n} {v}" for n, v in det.items()))
-    print("\n".join(out), flush=True)
-
+        sections.append(lambda: errors(fns))
+    sections.append(lambda: ["bit-identical reruns (Kimi bf16 case): "
+                             + ", ".join(f"{n} {deterministic(fn)}" for n, fn in fns.items())])
+    for section in sections:
+        rows = section()
+        print("\n".join(rows), flush=True)
+        out += rows
+    print("summary: " + out[-1], flush=True)
 
 if __name__ == "__main__":
     main()
