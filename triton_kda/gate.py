@@ -156,10 +156,10 @@ def _kda_gate_bwd_kernel(
     m_k = o_k < K
     m_tk = (o_t < tl.minimum(T - t0, BT))[:, None] & m_k[None, :]
     p_dE = tl.make_block_ptr(dE + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    # dF one row down (row m holds dF_{m-1}; the row before the chunk is dropped, the one before the sequence is out
-    # of the block's bounds): its inclusive cumsum is the exclusive one of dF
-    p_dFp = tl.make_block_ptr(dF + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0 - 1, i_k * BK), (BT, BK), (1, 0))
-    b_dFp = tl.where((o_t >= 1)[:, None] & m_tk, tl.load(p_dFp, boundary_check=(0, 1)), 0.0)
+    # dF one row down (row m holds dF_{m-1}): its inclusive cumsum is the exclusive one of dF
+    m_prev = (o_t >= 1)[:, None] & m_tk
+    b_dFp = tl.load(dF + ((bos + t0 + o_t - 1).to(tl.int64) * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_prev,
+                    other=0.0)
     b_dg = tl.cumsum(tl.load(p_dE, boundary_check=(0, 1)), axis=0, reverse=True) + tl.cumsum(b_dFp, axis=0)
     b_dg = tl.where(m_tk, b_dg, 0.0)
     if GATE > 0:
