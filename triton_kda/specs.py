@@ -99,7 +99,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, V_FIRST=False,
-                          VIA_STATE=dtype == torch.float32, BF16_DO=is_bf16, PREC=bprec)
+                          VIA_STATE=dtype == torch.float32, PREC=bprec)
                 specs.append(CompileSpec(f"wy_bwd K{K} V{V} BT{BT} {dname}", _kda_wy_bwd_kernel, sig, ce,
                                          wc.num_warps, wc.num_stages))
                 bc = intra_bwd_config(arch, K, V)

@@ -72,7 +72,7 @@ def _kda_wy_bwd_kernel(
     cu_seqlens, chunk_indices,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
-    VIA_STATE: tl.constexpr, BF16_DO: tl.constexpr, PREC: tl.constexpr,
+    VIA_STATE: tl.constexpr, PREC: tl.constexpr,
 ):
     """Backward through u = Akk (beta v), w = Akk kb and Akk = (I + L)^-1 (kb = beta kn 2^G), and the Aqk gradient;
     one program per (chunk, v-head), V in slices of BV.
@@ -87,7 +87,6 @@ def _kda_wy_bwd_kernel(
     test cases' dg and dA_log errors vs fp64 were up to 1.6x and 2.9x larger).
         dAqk = tril(do v_new^T),  dvb = Akk^T dv_new,  dL = -tril_strict(dvb v_new^T),  dv = beta dvb,
         dbeta_v = rowsum(dvb v)
-    BF16_DO (do and v_new bf16): do v_new^T takes the stored bf16 operands (exact products, fp32 sums).
     Writes dv [TT, HV, V] in v's dtype, dvb [TT, HV, V] fp32, dAqk / dL [TT, HV, BT] fp32, dbeta_v [TT, HV] fp32.
     """
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
@@ -111,15 +110,10 @@ def _kda_wy_bwd_kernel(
         p_dvn = tl.make_block_ptr(dv_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV),
                                   (1, 0))
         p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        b_vn = tl.load(p_vn, boundary_check=(0, 1))
-        b_vnT = tl.trans(b_vn.to(tl.float32))
+        b_vnT = tl.trans(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32))
         b_dvn = tl.load(p_dvn, boundary_check=(0, 1))
         b_v = tl.load(p_v, boundary_check=(0, 1)).to(tl.float32)
-        b_do = tl.load(p_do, boundary_check=(0, 1))
-        if BF16_DO:
-            b_dAqk = tl.dot(b_do, tl.trans(b_vn), b_dAqk)
-        else:
-            b_dAqk += tl.dot(b_do.to(tl.float32), b_vnT, input_precision=PREC)
+        b_dAqk += tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_vnT, input_precision=PREC)
         b_dvb = tl.dot(b_At, b_dvn, input_precision=PREC)
         if VIA_STATE:
             o_v = i_v * BV + tl.arange(0, BV)
@@ -174,7 +168,7 @@ def wy_bwd(k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int,
     _kda_wy_bwd_kernel[(plan.NT, HV)](
         k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens, plan.chunk_indices,
         H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, VIA_STATE=k.dtype == torch.float32,
-        BF16_DO=do.dtype == torch.bfloat16 and v_new.dtype == torch.bfloat16, PREC=prec,
+        PREC=prec,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
