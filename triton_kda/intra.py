@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda._jit import _chunk_coords, _chunk_rows, _finite_or_zero, _op, _state_offsets
+from triton_kda._jit import _chunk_coords, _chunk_rows, _dot, _finite_or_zero, _op, _state_offsets
 from triton_kda.configs import (
     arch_of,
     intra_bwd_candidates,
@@ -60,10 +60,10 @@ def _block_inverse(L, BT: tl.constexpr, BC: tl.constexpr, PREC: tl.constexpr):
         new = tl.where(tl.arange(0, BC)[None, :] == r, 1.0, 0.0) - tl.sum(Lr[:, :, None] * X3, axis=1)
         X3 = tl.where(r3 == r, new[:, None, :], X3)
     XD = tl.where(same, tl.dot(tl.reshape(X3, (BT, BC)), P, input_precision="ieee"), 0.0)
-    N = tl.dot(XD, tl.where(same, 0.0, L), input_precision=PREC)
+    N = _dot(XD, tl.where(same, 0.0, L), None, PREC)
     X = XD
     for _ in tl.static_range(NC - 1):
-        X = XD - tl.dot(N, _finite_or_zero(X), input_precision=PREC)
+        X = XD - _dot(N, _finite_or_zero(X), None, PREC)
     return X
 
 
@@ -85,8 +85,8 @@ def _block_inverse_doubling(L, BT: tl.constexpr, PREC: tl.constexpr):
     for lvl in tl.static_range(1, 8):
         if (2 << lvl) <= BT:
             E = tl.where(((r >> (lvl + 1)) == (c >> (lvl + 1))) & ((r >> lvl) > (c >> lvl)), L, 0.0)
-            XE = tl.dot(X, E, input_precision=PREC)
-            X = X - tl.dot(XE, _finite_or_zero(X), input_precision=PREC)
+            XE = _dot(X, E, None, PREC)
+            X = X - _dot(XE, _finite_or_zero(X), None, PREC)
     return X
 
 
@@ -175,8 +175,8 @@ def _kda_intra_fwd_kernel(
             b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kc, 0.0)
             b_kc = tl.trans(_op(b_kc, IS_BF16))
             rows = (blk == r)[:, None]
-            b_Aqk += tl.dot(_op(tl.where(rows, b_qa, 0.0), IS_BF16), b_kc, input_precision=PREC)
-            b_L += tl.dot(_op(tl.where(rows, b_ka, 0.0), IS_BF16), b_kc, input_precision=PREC)
+            b_Aqk += _dot(_op(tl.where(rows, b_qa, 0.0), IS_BF16), b_kc, None, PREC)
+            b_L += _dot(_op(tl.where(rows, b_ka, 0.0), IS_BF16), b_kc, None, PREC)
         b_eG = tl.exp2(b_G)
         b_k = b_k * b_rk[:, None]
         b_q = b_q * (b_rq * scale)[:, None]
@@ -257,7 +257,7 @@ def _kda_intra_fwd_kernel(
             p_nxt = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, (j + 1 - NK) * BV),
                                       (BT, BV), (1, 0))
             b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
-        b_res = tl.dot(b_Xop, _op(b_cur, IS_BF16), input_precision=PREC)
+        b_res = _dot(b_Xop, _op(b_cur, IS_BF16), None, PREC)
         tl.store(p_cur, b_res.to(p_cur.dtype.element_ty), boundary_check=(0, 1))
 
 
@@ -345,11 +345,11 @@ def _kda_intra_bwd_kernel(
         # columns before the block and <= 2^RANGE_MAX inside it
         b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)), 0.0)
         b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
-        b_Rq = tl.dot(b_dA, b_kc, input_precision=PREC) * b_eA
-        b_RL = tl.dot(b_dL, b_kc, input_precision=PREC) * b_eA
+        b_Rq = _dot(b_dA, b_kc, None, PREC) * b_eA
+        b_RL = _dot(b_dL, b_kc, None, PREC) * b_eA
         b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
-        b_C = tl.dot(b_dAt, b_qn * b_f, input_precision=PREC)
-        b_C = tl.dot(b_dLt, b_kn * b_b[:, None] * b_f, b_C, input_precision=PREC)
+        b_C = _dot(b_dAt, b_qn * b_f, None, PREC)
+        b_C = _dot(b_dLt, b_kn * b_b[:, None] * b_f, b_C, PREC)
         b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
 
     # the state side for the block's rows: do S^T, v_new dS^T, X = Akk^T dw = -dvb S^T (and rowsum(S dS), once)
@@ -373,9 +373,9 @@ def _kda_intra_bwd_kernel(
             b_dqg = tl.dot(b_do, tl.trans(b_Sr), b_dqg)
             b_dkg = tl.dot(b_vn, tl.trans(b_dSr), b_dkg)
         else:
-            b_dqg = tl.dot(b_do.to(tl.float32), tl.trans(b_S), b_dqg, input_precision=PREC_S)
-            b_dkg = tl.dot(b_vn.to(tl.float32), tl.trans(b_dS), b_dkg, input_precision=PREC_S)
-        b_X -= tl.dot(tl.load(p_dvb, boundary_check=(0, 1)), tl.trans(b_S), input_precision=PREC_S)
+            b_dqg = _dot(b_do.to(tl.float32), tl.trans(b_S), b_dqg, PREC_S)
+            b_dkg = _dot(b_vn.to(tl.float32), tl.trans(b_dS), b_dkg, PREC_S)
+        b_X -= _dot(tl.load(p_dvb, boundary_check=(0, 1)), tl.trans(b_S), None, PREC_S)
         b_SdS += tl.sum(b_S * b_dS, axis=1)
     b_eG = tl.where(m_rk, tl.exp2(b_G_r), 0.0)
     b_eGl = tl.where(m_rk, tl.exp2(b_Gl[None, :] - b_G_r), 0.0)

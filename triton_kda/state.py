@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda._jit import _finite_or_zero, _op, _state_offsets
+from triton_kda._jit import _dot, _finite_or_zero, _op, _state_offsets
 from triton_kda.configs import _kpad, arch_of, state_config
 from triton_kda.state_cp import cp_end_gradients, plan_pieces
 
@@ -64,11 +64,11 @@ def _kda_state_fwd_kernel(
         p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
         b_Sop = _op(b_S, IS_BF16)
         b_vn = tl.load(p_u, boundary_check=(0, 1)).to(tl.float32)
-        b_vn -= tl.dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), b_Sop, input_precision=PREC)
+        b_vn -= _dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), b_Sop, None, PREC)
         b_vnop = _op(_finite_or_zero(b_vn), IS_BF16)
         if STORE_O:
-            b_o = tl.dot(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16), b_Sop, input_precision=PREC)
-            b_o += tl.dot(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16), b_vnop, input_precision=PREC)
+            b_o = _dot(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16), b_Sop, None, PREC)
+            b_o += _dot(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16), b_vnop, None, PREC)
             p_o = tl.make_block_ptr(o + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
             tl.store(p_o, b_o.to(p_o.dtype.element_ty), boundary_check=(0, 1))
         if STORE_VNEW:
@@ -77,7 +77,7 @@ def _kda_state_fwd_kernel(
             tl.store(p_vn, b_vn.to(p_vn.dtype.element_ty), boundary_check=(0, 1))
         b_gl = tl.load(gl + ((c_base + i_c) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
         b_S *= tl.exp2(b_gl)[:, None]
-        b_S += tl.dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)), b_vnop, input_precision=PREC)
+        b_S += _dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)), b_vnop, None, PREC)
     if STORE_HT:
         tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * K * V + off_kv, b_S, mask=m_kv)
 
@@ -113,16 +113,15 @@ def _kda_state_bwd_kernel(
         p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
         p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
         b_do = _op(tl.load(p_do, boundary_check=(0, 1)), IS_BF16)
-        b_dvn = tl.dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, input_precision=PREC)
-        b_dvn += tl.dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), input_precision=PREC)
+        b_dvn = _dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
+        b_dvn += _dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), None, PREC)
         p_dvn = tl.make_block_ptr(dv_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV),
                                   (1, 0))
         tl.store(p_dvn, b_dvn, boundary_check=(0, 1))
         b_gl = tl.load(gl + ((c_base + i_c) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
         b_dS *= tl.exp2(b_gl)[:, None]
-        b_dS += tl.dot(tl.trans(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16)), b_do, input_precision=PREC)
-        b_dS -= tl.dot(tl.trans(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16)), _op(b_dvn, IS_BF16),
-                       input_precision=PREC)
+        b_dS += _dot(tl.trans(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
+        b_dS -= _dot(tl.trans(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16)), _op(b_dvn, IS_BF16), None, PREC)
     if STORE_DH0:
         tl.store(dh0 + (i_n * HV + i_hv).to(tl.int64) * K * V + off_kv, b_dS, mask=m_kv)
 
