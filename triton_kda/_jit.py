@@ -27,13 +27,14 @@ def _rn_tf32(x):
 
 @triton.jit
 def _dot(a, b, acc, PREC: tl.constexpr):
-    """tl.dot(a, b, acc) at input precision PREC; with "tf32", fp32 operands are first rounded to the nearest TF32
-    value (`_rn_tf32`). acc may be None."""
-    if PREC == "tf32":
+    """tl.dot(a, b, acc) at input precision PREC ("ieee", "tf32x3", "tf32", or "tf32rn": TF32 on fp32 operands first
+    rounded to the nearest TF32 value by `_rn_tf32`). acc may be None."""
+    if PREC == "tf32rn":
         if a.dtype == tl.float32:
             a = _rn_tf32(a)
         if b.dtype == tl.float32:
             b = _rn_tf32(b)
+        return tl.dot(a, b, acc, input_precision="tf32")
     return tl.dot(a, b, acc, input_precision=PREC)
 
 
