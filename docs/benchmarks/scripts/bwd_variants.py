@@ -3,7 +3,7 @@ every output's and gradient's error against the fp64 oracle (fla's on the same i
 reruns.
 
     python3 docs/benchmarks/scripts/bwd_variants.py --pkg base=.var/base:triton_kda_base --pkg new=.:triton_kda
-        [--shapes B2-T8192-H32,...] [--dtypes bf16] [--rounds 3] [--profile B2-T8192-H32] [--errors]
+        [--shapes B2-T8192-H32,...] [--dtypes bf16] [--rounds 3] [--profile B2-T8192-H32[:fp16],...] [--errors]
 
 `--pkg NAME=DIR:MODULE` imports MODULE (a copy of `triton_kda`) from DIR; a copy of commit C is made with
 `git archive C triton_kda | tar -x -C .var/x` and its package renamed (directory and imports). Timing, profile and
@@ -28,6 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bwd_before_after import inputs, kernel_times, step  # noqa: E402
 
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
 
 def load(spec: str):
     """NAME=DIR:MODULE -> (NAME, the module's chunk_kda)."""
@@ -43,7 +45,6 @@ def shape_of(text: str) -> tuple[int, int, int]:
 
 
 def timings(fns: dict, shapes: list, dtypes: list, rounds: int) -> list[str]:
-    dts = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     names = list(fns)
     ratios = " | ".join(f"{n} / {names[0]}" for n in names[1:])
     rows = [f"| shape | dtype | {' | '.join(f'{n} ms' for n in names)} | {ratios} |",
@@ -51,7 +52,7 @@ def timings(fns: dict, shapes: list, dtypes: list, rounds: int) -> list[str]:
     for dname in dtypes:
         for text in shapes:
             B, T, H = shape_of(text)
-            d = inputs(B, T, H, dts[dname])
+            d = inputs(B, T, H, DTYPES[dname])
             do = torch.randn_like(d["v"])
             times = {n: [] for n in names}
             for _ in range(rounds):
@@ -68,14 +69,17 @@ def timings(fns: dict, shapes: list, dtypes: list, rounds: int) -> list[str]:
 
 
 def profile(fns: dict, text: str) -> list[str]:
+    """Kernel times per fwd+bwd step of every package at `text` ("B2-T8192-H32", or "B2-T8192-H32:fp16")."""
+    text, _, dname = text.partition(":")
+    dname = dname or "bf16"
     B, T, H = shape_of(text)
-    d = inputs(B, T, H, torch.bfloat16)
+    d = inputs(B, T, H, DTYPES[dname])
     do = torch.randn_like(d["v"])
     per = {n: kernel_times(fn, d, do) for n, fn in fns.items()}
     for t in d.values():
         t.grad = None
     keys = sorted({k for p in per.values() for k in p}, key=lambda k: -max(p.get(k, 0) for p in per.values()))
-    rows = [f"{text} bf16, us per fwd+bwd step (torch.profiler, 10 steps; grads accumulate into .grad)",
+    rows = [f"{text} {dname}, us per fwd+bwd step (torch.profiler, 10 steps; grads accumulate into .grad)",
             f"| kernel | {' | '.join(per)} |", "|---|" + "---:|" * len(per)]
     rows += [f"| {k[:60]} | {' | '.join(f'{p.get(k, 0):.1f}' for p in per.values())} |" for k in keys]
     rows.append(f"| total | {' | '.join(f'{sum(p.values()):.1f}' for p in per.values())} |")
@@ -141,7 +145,7 @@ def main():
     ap.add_argument("--shapes", default="B2-T8192-H32,B2-T8192-H64,B8-T2048-H32,B1-T8192-H16")
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--profile", default=None)
+    ap.add_argument("--profile", default=None, help="SHAPE[:dtype],... kernel times per package")
     ap.add_argument("--errors", action="store_true")
     ap.add_argument("--intra-bwd-configs", default=None, help="BK,BV,warps,stages;... tried on the last --pkg")
     args = ap.parse_args()
@@ -149,10 +153,11 @@ def main():
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     out = timings(fns, args.shapes.split(","), args.dtypes.split(","), args.rounds) if args.shapes else []
     sections = []
-    if args.profile:
-        sections.append(lambda: profile(fns, args.profile))
+    for text in args.profile.split(",") if args.profile else []:
+        sections.append(lambda text=text: profile(fns, text))
+    sweep_shape = (args.profile or "B2-T8192-H32").split(",")[0].split(":")[0]
     if args.intra_bwd_configs:
-        sections.append(lambda: intra_bwd_sweep(args.pkg[-1], args.intra_bwd_configs, args.profile or "B2-T8192-H32"))
+        sections.append(lambda: intra_bwd_sweep(args.pkg[-1], args.intra_bwd_configs, sweep_shape))
     if args.errors:
         sections.append(lambda: errors(fns))
     sections.append(lambda: ["bit-identical reruns (Kimi bf16 case): "
