@@ -34,8 +34,10 @@ def _dot(a, b, acc, PREC: tl.constexpr):
             a = _rn_tf32(a)
         if b.dtype == tl.float32:
             b = _rn_tf32(b)
-        return tl.dot(a, b, acc, input_precision="tf32")
-    return tl.dot(a, b, acc, input_precision=PREC)
+        out = tl.dot(a, b, acc, input_precision="tf32")
+    else:
+        out = tl.dot(a, b, acc, input_precision=PREC)
+    return out
 
 
 @triton.jit
