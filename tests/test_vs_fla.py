@@ -69,33 +69,43 @@ def _cotangents(d: dict, seed: int):
     return do, torch.randn(d["initial_state"].shape, generator=gen, device=DEVICE)
 
 
-def _compare(cases, fla) -> tuple[dict, dict]:
-    ours, theirs = {}, {}
+def compare(cases, fns: dict) -> dict:
+    """Pooled rel RMSE vs the fp64 oracle of every output and gradient, per implementation: {name: {tensor: err}}
+    (`fns` maps a name to a chunk_kda-like function; None entries are skipped)."""
+    acc = {name: {} for name, fn in fns.items() if fn is not None}
     for i, d in enumerate(cases):
         do, dht = _cotangents(d, i)
         ref = _oracle(d, do, dht)
-        _add(ours, _sq_err(_run(chunk_kda, d, do, dht), ref))
-        if fla is not None:
-            _add(theirs, _sq_err(_run(fla, d, do, dht), ref))
-    return _pooled(ours), _pooled(theirs)
+        for name in acc:
+            _add(acc[name], _sq_err(_run(fns[name], d, do, dht), ref))
+    return {name: _pooled(a) for name, a in acc.items()}
+
+
+def _compare(cases, fla) -> tuple[dict, dict]:
+    errs = compare(cases, {"ours": chunk_kda, "fla": fla})
+    return errs["ours"], errs.get("fla", {})
 
 
 def _report(ours: dict, theirs: dict) -> str:
     return "; ".join(f"{n} {ours[n]:.2e} / {theirs.get(n, float('nan')):.2e}" for n in ours)
 
 
+def kimi_bf16(seed: int) -> dict:
+    """Kimi Linear's flags, bf16, B1 T512 H4 K=V=128, fp32 initial state, final-state output."""
+    return dict(make_inputs(1, 512, 4, 4, 128, 128, dtype=torch.bfloat16, use_qk_l2norm_in_kernel=True,
+                            use_gate_in_kernel=True, lower_bound=-5.0, use_beta_sigmoid_in_kernel=True,
+                            initial_state=True, output_final_state=True, seed=seed), safe_gate=True)
+
+
 def test_kimi_flags_bf16_no_worse_than_fla():
     fla = _fla()
-    cases = [dict(make_inputs(1, 512, 4, 4, 128, 128, dtype=torch.bfloat16, use_qk_l2norm_in_kernel=True,
-                              use_gate_in_kernel=True, lower_bound=-5.0, use_beta_sigmoid_in_kernel=True,
-                              initial_state=True, output_final_state=True, seed=s), safe_gate=True) for s in SEEDS]
-    ours, theirs = _compare(cases, fla)
+    ours, theirs = _compare([kimi_bf16(s) for s in SEEDS], fla)
     worse = [n for n in ours if ours[n] > theirs[n]]
-    assert not worse, f"ours worse than fla on {worse} (pooled rel RMSE over {len(cases)} seeds, ours / fla): " \
+    assert not worse, f"ours worse than fla on {worse} (pooled rel RMSE over {len(SEEDS)} seeds, ours / fla): " \
                       + _report(ours, theirs)
 
 
-def _fp16_masked(seed: int) -> dict:
+def fp16_masked(seed: int) -> dict:
     """fla's masked varlen case: fp16, H4, K=V=64, cu_seqlens 0/256/500/1000, softplus gate in kernel with 90% of
     the raw gates -1000, A_log = log U(1, 16), dt_bias ~ randn, beta = sigmoid(rand) (passed as beta), fp32 h0."""
     gen = torch.Generator(device=DEVICE).manual_seed(seed)
@@ -121,7 +131,7 @@ def test_fla_masked_varlen_fp16():
         fla = _fla()
     except pytest.skip.Exception:
         fla = None
-    ours, theirs = _compare([_fp16_masked(s) for s in SEEDS], fla)
+    ours, theirs = _compare([fp16_masked(s) for s in SEEDS], fla)
     for n in ("A_log", "dt_bias"):
         assert ours[n] <= 5e-3, f"d{n}: rel RMSE {ours[n]:.2e} > 5e-3 (pooled over {len(SEEDS)} seeds)"
     if fla is not None:

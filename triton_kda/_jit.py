@@ -1,5 +1,6 @@
 """Triton device helpers shared by the stage kernels (intra, gate, WY, state, state CP, recurrent): chunk coordinates of
-a program, 16-bit operand casts, state offsets in either layout, and a finite-or-zero guard."""
+a program, 16-bit operand casts, tensor-core products with rounded TF32 operands, state offsets in either layout, and a
+finite-or-zero guard."""
 import triton
 import triton.language as tl
 
@@ -14,6 +15,29 @@ def _op(x, IS_BF16: tl.constexpr):
     else:
         x = x.to(tl.float32)
     return x
+
+
+@triton.jit
+def _rn_tf32(x):
+    """fp32 x rounded to the nearest TF32 value (10 mantissa bits, ties away from zero). A TF32 product reads only
+    the top 10 mantissa bits of an fp32 operand (truncation: a one-sided error that does not average out in sums)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    return ((bits + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _dot(a, b, acc, PREC: tl.constexpr):
+    """tl.dot(a, b, acc) at input precision PREC ("ieee", "tf32x3", "tf32", or "tf32rn": TF32 on fp32 operands first
+    rounded to the nearest TF32 value by `_rn_tf32`). acc may be None."""
+    if PREC == "tf32rn":
+        if a.dtype == tl.float32:
+            a = _rn_tf32(a)
+        if b.dtype == tl.float32:
+            b = _rn_tf32(b)
+        out = tl.dot(a, b, acc, input_precision="tf32")
+    else:
+        out = tl.dot(a, b, acc, input_precision=PREC)
+    return out
 
 
 @triton.jit

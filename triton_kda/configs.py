@@ -292,9 +292,13 @@ class CompileSpec(NamedTuple):
 
 
 def precision_of(dtype: torch.dtype) -> str:
-    """`tl.dot` precision, also the kernels' fp32 switch: "tf32x3" (three TF32 tensor-core products, about fp32
-    accuracy) for fp32 inputs, "tf32" otherwise (16-bit operands ignore it; fp32 operands of 16-bit runs get TF32)."""
-    return "tf32x3" if dtype == torch.float32 else "tf32"
+    """`tl.dot` precision (`_jit._dot`), also the kernels' fp32 switch: "tf32x3" (three TF32 tensor-core products,
+    about fp32 accuracy) for fp32 inputs; for fp16, "tf32rn" (fp32 operands rounded to the nearest TF32 value: the
+    hardware truncates, a one-sided error that does not average out in sums); for bf16, "tf32" (bf16 operands ignore
+    it, the few fp32 ones meet bf16-rounded data)."""
+    if dtype == torch.float32:
+        return "tf32x3"
+    return "tf32rn" if dtype == torch.float16 else "tf32"
 
 
 class BwdPrecision(NamedTuple):
@@ -313,5 +317,5 @@ def bwd_precision_of(dtype: torch.dtype) -> BwdPrecision:
     if dtype == torch.float32:
         return BwdPrecision("tf32x3", "tf32x3", "tf32x3")
     if dtype == torch.float16:
-        return BwdPrecision("tf32", "tf32x3", "tf32")
+        return BwdPrecision("tf32rn", "tf32x3", "tf32rn")
     return BwdPrecision("tf32", "tf32", "tf32")

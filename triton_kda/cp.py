@@ -505,7 +505,7 @@ class ChunkKDACPFunction(torch.autograd.Function):
         if not ctx.keep:
             # overlaps the all-gather
             st = state_fwd(intra, h0, plan, BT, V, output_final_state=False, state_v_first=p.state_v_first,
-                           store_h=True, store_v_new=True, h_dtype=grad_state_dtype(q.dtype))
+                           store_h=True, store_v_new=True, h_dtype=grad_state_dtype(q.dtype), store_o=False)
             h, v_new = st.h, st.v_new
         if cp.collective:
             work.wait()

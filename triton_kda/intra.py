@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda._jit import _chunk_coords, _chunk_rows, _finite_or_zero, _op, _state_offsets
+from triton_kda._jit import _chunk_coords, _chunk_rows, _dot, _finite_or_zero, _op, _state_offsets
 from triton_kda.configs import (
     arch_of,
     intra_bwd_candidates,
@@ -64,10 +64,10 @@ def _block_inverse(L, BT: tl.constexpr, BC: tl.constexpr, PREC: tl.constexpr):
         new = tl.where(tl.arange(0, BC)[None, :] == r, 1.0, 0.0) - tl.sum(Lr[:, :, None] * X3, axis=1)
         X3 = tl.where(r3 == r, new[:, None, :], X3)
     XD = tl.where(same, tl.dot(tl.reshape(X3, (BT, BC)), P, input_precision="ieee"), 0.0)
-    N = tl.dot(XD, tl.where(same, 0.0, L), input_precision=PREC)
+    N = _dot(XD, tl.where(same, 0.0, L), None, PREC)
     X = XD
     for _ in tl.static_range(NC - 1):
-        X = XD - tl.dot(N, _finite_or_zero(X), input_precision=PREC)
+        X = XD - _dot(N, _finite_or_zero(X), None, PREC)
     return X
 
 
@@ -89,8 +89,8 @@ def _block_inverse_doubling(L, BT: tl.constexpr, PREC: tl.constexpr):
     for lvl in tl.static_range(1, 8):
         if (2 << lvl) <= BT:
             E = tl.where(((r >> (lvl + 1)) == (c >> (lvl + 1))) & ((r >> lvl) > (c >> lvl)), L, 0.0)
-            XE = tl.dot(X, E, input_precision=PREC)
-            X = X - tl.dot(XE, _finite_or_zero(X), input_precision=PREC)
+            XE = _dot(X, E, None, PREC)
+            X = X - _dot(XE, _finite_or_zero(X), None, PREC)
     return X
 
 
@@ -179,8 +179,8 @@ def _kda_intra_fwd_kernel(
             b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kc, 0.0)
             b_kc = tl.trans(_op(b_kc, IS_BF16))
             rows = (blk == r)[:, None]
-            b_Aqk += tl.dot(_op(tl.where(rows, b_qa, 0.0), IS_BF16), b_kc, input_precision=PREC)
-            b_L += tl.dot(_op(tl.where(rows, b_ka, 0.0), IS_BF16), b_kc, input_precision=PREC)
+            b_Aqk += _dot(_op(tl.where(rows, b_qa, 0.0), IS_BF16), b_kc, None, PREC)
+            b_L += _dot(_op(tl.where(rows, b_ka, 0.0), IS_BF16), b_kc, None, PREC)
         b_eG = tl.exp2(b_G)
         b_k = b_k * b_rk[:, None]
         b_q = b_q * (b_rq * scale)[:, None]
@@ -261,7 +261,7 @@ def _kda_intra_fwd_kernel(
             p_nxt = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, (j + 1 - NK) * BV),
                                       (BT, BV), (1, 0))
             b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
-        b_res = tl.dot(b_Xop, _op(b_cur, IS_BF16), input_precision=PREC)
+        b_res = _dot(b_Xop, _op(b_cur, IS_BF16), None, PREC)
         tl.store(p_cur, b_res.to(p_cur.dtype.element_ty), boundary_check=(0, 1))
 
 
@@ -316,7 +316,7 @@ def _kda_intra_bwd_kernel(
     cu_seqlens, chunk_indices, scale, TT,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
-    PREC: tl.constexpr, PREC_S: tl.constexpr,
+    PREC: tl.constexpr, PREC_S: tl.constexpr, BF16_STATE: tl.constexpr,
 ):
     """Chunk-local backward of one BC-row block and K slice: one program per (chunk x block, v-head, K slice).
 
@@ -331,9 +331,11 @@ def _kda_intra_bwd_kernel(
     dG, the gradient of G, from the same terms. The sums use the forward's anchored factorisation (anchor = the
     block's first row); a block whose gate range exceeds RANGE_MAX is summed exactly, column by column.
     PREC: the precision of the intra-chunk products (Rq, RL, C), PREC_S of the state-side ones (do S^T, v_new dS^T,
-    dvb S^T). Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), the gate gradient's terms
-    dE, dF [TT, HV, K] fp32 (see below; `_kda_gate_bwd_kernel` sums them) and dbeta_k [NK, TT, HV] fp32 (the beta
-    gradient through w and L, before the sigmoid).
+    dvb S^T). BF16_STATE (h, dh, do and v_new all bf16): do S^T and v_new dS^T take their bf16 operands as stored
+    (exact products, fp32 sums: the numbers of TF32 on the same values at twice the rate).
+    Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), the gate gradient's terms dE, dF
+    [TT, HV, K] fp32 (see below; `_kda_gate_bwd_kernel` sums them) and dbeta_k [NK, TT, HV] fp32 (the beta gradient
+    through w and L, before the sigmoid).
     """
     i_tc, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     NC: tl.constexpr = BT // BC
@@ -391,11 +393,11 @@ def _kda_intra_bwd_kernel(
         # columns before the block and <= 2^RANGE_MAX inside it
         b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)), 0.0)
         b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
-        b_Rq = tl.dot(b_dA, b_kc, input_precision=PREC) * b_eA
-        b_RL = tl.dot(b_dL, b_kc, input_precision=PREC) * b_eA
+        b_Rq = _dot(b_dA, b_kc, None, PREC) * b_eA
+        b_RL = _dot(b_dL, b_kc, None, PREC) * b_eA
         b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
-        b_C = tl.dot(b_dAt, b_qn * b_f, input_precision=PREC)
-        b_C = tl.dot(b_dLt, b_kn * b_b[:, None] * b_f, b_C, input_precision=PREC)
+        b_C = _dot(b_dAt, b_qn * b_f, None, PREC)
+        b_C = _dot(b_dLt, b_kn * b_b[:, None] * b_f, b_C, PREC)
         b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
 
     # the state side for the block's rows: do S^T, v_new dS^T, X = Akk^T dw = -dvb S^T (and rowsum(S dS), once)
@@ -406,16 +408,22 @@ def _kda_intra_bwd_kernel(
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_kv = m_k[:, None] & (o_v < V)[None, :]
-        b_S = tl.load(h + p_state + _state_offsets(o_k, o_v, K, V, V_FIRST), mask=m_kv, other=0.0).to(tl.float32)
-        b_dS = tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0).to(tl.float32)
+        b_Sr = tl.load(h + p_state + _state_offsets(o_k, o_v, K, V, V_FIRST), mask=m_kv, other=0.0)
+        b_dSr = tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
         p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
         p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
         p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
-        b_St = tl.trans(b_S)
-        b_dqg = tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_St, b_dqg, input_precision=PREC_S)
-        b_dkg = tl.dot(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32), tl.trans(b_dS), b_dkg,
-                       input_precision=PREC_S)
-        b_X -= tl.dot(tl.load(p_dvb, boundary_check=(0, 1)), b_St, input_precision=PREC_S)
+        b_S = b_Sr.to(tl.float32)
+        b_dS = b_dSr.to(tl.float32)
+        b_do = tl.load(p_do, boundary_check=(0, 1))
+        b_vn = tl.load(p_vn, boundary_check=(0, 1))
+        if BF16_STATE:
+            b_dqg = tl.dot(b_do, tl.trans(b_Sr), b_dqg)
+            b_dkg = tl.dot(b_vn, tl.trans(b_dSr), b_dkg)
+        else:
+            b_dqg = _dot(b_do.to(tl.float32), tl.trans(b_S), b_dqg, PREC_S)
+            b_dkg = _dot(b_vn.to(tl.float32), tl.trans(b_dS), b_dkg, PREC_S)
+        b_X -= _dot(tl.load(p_dvb, boundary_check=(0, 1)), tl.trans(b_S), None, PREC_S)
         b_SdS += tl.sum(b_S * b_dS, axis=1)
     b_eG = tl.where(m_rk, tl.exp2(b_G_r), 0.0)
     b_eGl = tl.where(m_rk, tl.exp2(b_Gl[None, :] - b_G_r), 0.0)
@@ -492,6 +500,7 @@ def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, 
     arch = arch_of(q.device)
     f32 = dict(device=q.device, dtype=torch.float32)
     dq, dk, dE, dF = (torch.empty(TT, HV, K, **f32) for _ in range(4))
+    bf16_state = all(x.dtype == torch.bfloat16 for x in (h, dh, do, v_new))
 
     def launch(cfg):
         """Run the kernel with `cfg`; returns its per-K-slice beta partials (their shape follows BK)."""
@@ -501,7 +510,7 @@ def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, 
             q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dE, dF, dbeta,
             plan.cu_seqlens, plan.chunk_indices, scale, TT,
             H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, PREC=prec,
-            PREC_S=prec_state, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            PREC_S=prec_state, BF16_STATE=bf16_state, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         return dbeta
 

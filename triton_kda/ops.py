@@ -202,7 +202,7 @@ def bwd_impl(
                              use_gate_in_kernel=use_gate_in_kernel, lower_bound=lower_bound)
         st = state_fwd(intra, initial_state.contiguous() if initial_state is not None else None, plan, BT, V,
                        output_final_state=False, state_v_first=state_v_first, store_h=True, store_v_new=True,
-                       h_dtype=grad_state_dtype(q.dtype))
+                       h_dtype=grad_state_dtype(q.dtype), store_o=False)
         h, v_new = st.h, st.v_new
     gr = chunk_bwd(
         _flat(do), dht.contiguous() if dht is not None else None, _flat(q), _flat(k), _flat(v), _flat(g),

@@ -79,8 +79,8 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 sig.update({n: "*fp32" for n in ("gl", "h0", "ht")})
                 sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
-                ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_H0=True, STORE_HT=True, STORE_H=True,
-                          STORE_VNEW=True, V_FIRST=False, IS_BF16=is_bf16, PREC=prec)
+                ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_H0=True, STORE_O=True, STORE_HT=True,
+                          STORE_H=True, STORE_VNEW=True, V_FIRST=False, IS_BF16=is_bf16, PREC=prec)
                 specs.append(CompileSpec(f"state_fwd K{K} V{V} BT{BT} {dname}", _kda_state_fwd_kernel, sig, ce,
                                          sc.num_warps, sc.num_stages))
                 sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "do")}
@@ -109,7 +109,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 sig["h"] = sig["dh"] = "*bf16" if is_bf16 else "*fp32"  # grad_state_dtype
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "TT": "i32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=bc.BC, BK=bc.BK, BV=bc.BV, V_FIRST=False, PREC=bp.intra,
-                          PREC_S=bp.intra_state)
+                          PREC_S=bp.intra_state, BF16_STATE=is_bf16)
                 specs.append(CompileSpec(f"intra_bwd K{K} V{V} BT{BT} {dname}", _kda_intra_bwd_kernel, sig, ce,
                                          bc.num_warps, bc.num_stages))
                 gc = gate_bwd_config(arch, K)
@@ -135,8 +135,8 @@ def compile_specs(arch: int) -> list[CompileSpec]:
 
 def _recurrent_specs(arch: int, K: int, V: int, dname: str, ty: str) -> list[CompileSpec]:
     """The fused_recurrent_kda kernels (recurrent.py) of one (K, V, dtype): the forward with each V block the table
-    picks (a small, a middle and a large batch), in its serving form (pool, per-token indices, accepted counts, in place), the
-    reverse pass and the input-gradient kernel."""
+    picks (a small, a middle and a large batch), in its serving form (pool, per-token indices, accepted counts, in
+    place), the reverse pass and the input-gradient kernel."""
 
     BK = _kpad(K, arch)
     flags = dict(H=4, HV=8, K=K, V=V, BK=BK, USE_L2NORM=True, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True,

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda._jit import _finite_or_zero, _op, _state_offsets
+from triton_kda._jit import _dot, _finite_or_zero, _op, _state_offsets
 from triton_kda.configs import _kpad, arch_of, precision_of, state_candidates, state_config, tuned
 from triton_kda.state_cp import cp_end_gradients, cp_initial_states, plan_pieces
 from triton_kda.wy import IntraOut
@@ -42,11 +42,12 @@ def _kda_state_fwd_kernel(
     qg, kg, w, u, Aqk, gl, h0, o, ht, h, v_new,
     cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_H: tl.constexpr, STORE_VNEW: tl.constexpr,
-    V_FIRST: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
+    HAS_H0: tl.constexpr, STORE_O: tl.constexpr, STORE_HT: tl.constexpr, STORE_H: tl.constexpr,
+    STORE_VNEW: tl.constexpr, V_FIRST: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
 ):
     """qg, kg, w: [TT, HV, K]; u, o, v_new: [TT, HV, V]; Aqk: [TT, HV, BT]; gl: [NT, HV, K] fp32 (log2 units);
-    h0, ht: [N, HV, K, V] fp32 ([N, HV, V, K] if V_FIRST); h: [NT, HV, K, V] (same layout rule as the states)."""
+    h0, ht: [N, HV, K, V] fp32 ([N, HV, V, K] if V_FIRST); h: [NT, HV, K, V] (same layout rule as the states).
+    Without STORE_O (the backward's recompute of h and v_new) qg and Aqk are not read and o is not formed."""
     i_v, i_n, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, o_k, o_v, m_kv, off_kv = _seq_state_coords(cu_seqlens, i_n, i_v, K, V, BK, BV, V_FIRST)
     b_S = tl.zeros((BK, BV), dtype=tl.float32)
@@ -64,36 +65,40 @@ def _kda_state_fwd_kernel(
         p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
         b_Sop = _op(b_S, IS_BF16)
         b_vn = tl.load(p_u, boundary_check=(0, 1)).to(tl.float32)
-        b_vn -= tl.dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), b_Sop, input_precision=PREC)
+        b_vn -= _dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), b_Sop, None, PREC)
         b_vnop = _op(_finite_or_zero(b_vn), IS_BF16)
-        b_o = tl.dot(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16), b_Sop, input_precision=PREC)
-        b_o += tl.dot(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16), b_vnop, input_precision=PREC)
-        p_o = tl.make_block_ptr(o + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        tl.store(p_o, b_o.to(p_o.dtype.element_ty), boundary_check=(0, 1))
+        if STORE_O:
+            b_o = _dot(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16), b_Sop, None, PREC)
+            b_o += _dot(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16), b_vnop, None, PREC)
+            p_o = tl.make_block_ptr(o + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+            tl.store(p_o, b_o.to(p_o.dtype.element_ty), boundary_check=(0, 1))
         if STORE_VNEW:
             p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV),
                                      (1, 0))
             tl.store(p_vn, b_vn.to(p_vn.dtype.element_ty), boundary_check=(0, 1))
         b_gl = tl.load(gl + ((c_base + i_c) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
         b_S *= tl.exp2(b_gl)[:, None]
-        b_S += tl.dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)), b_vnop, input_precision=PREC)
+        b_S += _dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)), b_vnop, None, PREC)
     if STORE_HT:
         tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * K * V + off_kv, b_S, mask=m_kv)
 
 
 class StateOut(NamedTuple):
-    o: torch.Tensor                     # [TT, HV, V] in the input dtype
+    o: torch.Tensor | None              # [TT, HV, V] in the input dtype (None without store_o)
     final_state: torch.Tensor | None    # [N, HV, K, V] fp32 (V-first if asked)
     h: torch.Tensor | None              # [NT, HV, K, V] state at each chunk start
     v_new: torch.Tensor | None          # [TT, HV, V]
 
 
 def state_fwd(intra: IntraOut, initial_state, plan, BT: int, V: int, *, output_final_state: bool,
-              state_v_first: bool, store_h: bool, store_v_new: bool, h_dtype: torch.dtype) -> StateOut:
+              state_v_first: bool, store_h: bool, store_v_new: bool, h_dtype: torch.dtype,
+              store_o: bool = True) -> StateOut:
+    """Launch `_kda_state_fwd_kernel` over the sequences (or their intra-card CP pieces). Without `store_o` (the
+    backward's recompute of h and v_new) o is not formed: StateOut.o is None."""
     TT, HV, K = intra.w.shape
     dev, dt = intra.w.device, intra.w.dtype
     arch = arch_of(dev)
-    o = torch.empty(TT, HV, V, device=dev, dtype=dt)
+    o = torch.empty(TT if store_o else 0, HV, V, device=dev, dtype=dt)
     # intra-card CP: long sequences run as pieces, each from its start state (state_cp.py)
     pieces = plan_pieces(plan.lens, BT, HV, K, V, intra.w.element_size(), dev, seqs=plan)
     runs, h0 = plan, initial_state
@@ -113,17 +118,17 @@ def state_fwd(intra: IntraOut, initial_state, plan, BT: int, V: int, *, output_f
             h if h is not None else o, v_new if v_new is not None else o,
             runs.cu_seqlens, runs.chunk_offsets,
             HV=HV, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=cfg.BV,
-            HAS_H0=h0 is not None, STORE_HT=output_final_state, STORE_H=store_h, STORE_VNEW=store_v_new,
-            V_FIRST=state_v_first, IS_BF16=dt == torch.bfloat16, PREC=precision_of(dt),
+            HAS_H0=h0 is not None, STORE_O=store_o, STORE_HT=output_final_state, STORE_H=store_h,
+            STORE_VNEW=store_v_new, V_FIRST=state_v_first, IS_BF16=dt == torch.bfloat16, PREC=precision_of(dt),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 
     es = intra.w.element_size()
-    key = ("state_fwd", arch, dt, K, V, BT, HV, triton.next_power_of_2(runs.N), store_h, store_v_new)
+    key = ("state_fwd", arch, dt, K, V, BT, HV, triton.next_power_of_2(runs.N), store_o, store_h, store_v_new)
     launch(tuned(key, state_config(arch, K, V, es), state_candidates(arch, K, V, es), launch))
     if pieces is not None and ht is not None:
         ht = ht[pieces.last]
-    return StateOut(o, ht, h, v_new)
+    return StateOut(o if store_o else None, ht, h, v_new)
 
 
 @triton.jit
@@ -157,16 +162,15 @@ def _kda_state_bwd_kernel(
         p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
         p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
         b_do = _op(tl.load(p_do, boundary_check=(0, 1)), IS_BF16)
-        b_dvn = tl.dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, input_precision=PREC)
-        b_dvn += tl.dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), input_precision=PREC)
+        b_dvn = _dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
+        b_dvn += _dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), None, PREC)
         p_dvn = tl.make_block_ptr(dv_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV),
                                   (1, 0))
         tl.store(p_dvn, b_dvn, boundary_check=(0, 1))
         b_gl = tl.load(gl + ((c_base + i_c) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
         b_dS *= tl.exp2(b_gl)[:, None]
-        b_dS += tl.dot(tl.trans(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16)), b_do, input_precision=PREC)
-        b_dS -= tl.dot(tl.trans(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16)), _op(b_dvn, IS_BF16),
-                       input_precision=PREC)
+        b_dS += _dot(tl.trans(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
+        b_dS -= _dot(tl.trans(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16)), _op(b_dvn, IS_BF16), None, PREC)
     if STORE_DH0:
         tl.store(dh0 + (i_n * HV + i_hv).to(tl.int64) * K * V + off_kv, b_dS, mask=m_kv)
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from triton_kda._jit import _finite_or_zero, _op, _state_offsets
+from triton_kda._jit import _dot, _finite_or_zero, _op, _state_offsets
 from triton_kda.configs import _kpad, arch_of, capturing, cp_config, sm_count, state_config
 
 ENV_MODE = "TRITON_KDA_INTRACARD_CP"
@@ -246,14 +246,14 @@ def _kda_state_cp_fwd_map_kernel(
         t0 = i_t * BT
         p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
         p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-        b_vn = -tl.dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), _op(b_S, IS_BF16), input_precision=PREC)
+        b_vn = -_dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), _op(b_S, IS_BF16), None, PREC)
         if is_e:
             p_u = u + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
             b_vn += tl.load(p_u, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0).to(tl.float32)
         b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
         b_S *= tl.exp2(b_gl)[:, None]
-        b_S += tl.dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)),
-                      _op(_finite_or_zero(b_vn), IS_BF16), input_precision=PREC)
+        b_S += _dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)), _op(_finite_or_zero(b_vn), IS_BF16),
+                    None, PREC)
     tl.store(maps + (i_j * HV + i_hv).to(tl.int64) * K * (K + V) + off_map, b_S, mask=m_kc)
 
 
@@ -286,7 +286,7 @@ def _kda_state_cp_bwd_map_kernel(
         t0 = i_t * BT
         p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
         p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-        b_dvn = tl.dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), input_precision=PREC)
+        b_dvn = _dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), None, PREC)
         b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
         b_dS *= tl.exp2(b_gl)[:, None]
         if is_e:
@@ -294,10 +294,9 @@ def _kda_state_cp_bwd_map_kernel(
             b_do = _op(tl.load(p_do, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0), IS_BF16)
             p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
             p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-            b_dvn += tl.dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, input_precision=PREC)
-            b_dS += tl.dot(tl.trans(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16)), b_do, input_precision=PREC)
-        b_dS -= tl.dot(tl.trans(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16)), _op(b_dvn, IS_BF16),
-                       input_precision=PREC)
+            b_dvn += _dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
+            b_dS += _dot(tl.trans(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
+        b_dS -= _dot(tl.trans(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16)), _op(b_dvn, IS_BF16), None, PREC)
     tl.store(maps + (i_j * HV + i_hv).to(tl.int64) * K * (K + V) + off_map, b_dS, mask=m_kc)
 
 

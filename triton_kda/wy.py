@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda._jit import _chunk_rows, _op, _state_offsets
+from triton_kda._jit import _chunk_rows, _dot, _op, _state_offsets
 from triton_kda.configs import arch_of, precision_of, wy_bwd_config, wy_fwd_config
 from triton_kda.gate import _gate_cumsum, gate_mode
 
@@ -52,7 +52,7 @@ def _kda_wy_fwd_kernel(
         p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         b_wop = (b_k * b_beta[:, None] * b_eG).to(p_w.dtype.element_ty)
-        tl.store(p_w, tl.dot(b_Xop, _op(b_wop, IS_BF16), input_precision=PREC).to(p_w.dtype.element_ty),
+        tl.store(p_w, _dot(b_Xop, _op(b_wop, IS_BF16), None, PREC).to(p_w.dtype.element_ty),
                  boundary_check=(0, 1))
         tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
         tl.store(p_kg, tl.where(m_t[:, None], b_k * tl.exp2(b_Gl[None, :] - b_G), 0.0).to(p_kg.dtype.element_ty),
@@ -61,7 +61,7 @@ def _kda_wy_fwd_kernel(
         p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         b_uop = (tl.load(p_v, boundary_check=(0, 1)).to(tl.float32) * b_beta[:, None]).to(p_u.dtype.element_ty)
-        tl.store(p_u, tl.dot(b_Xop, _op(b_uop, IS_BF16), input_precision=PREC).to(p_u.dtype.element_ty),
+        tl.store(p_u, _dot(b_Xop, _op(b_uop, IS_BF16), None, PREC).to(p_u.dtype.element_ty),
                  boundary_check=(0, 1))
 
 
@@ -151,8 +151,8 @@ def _kda_wy_bwd_kernel(
         b_vnT = tl.trans(tl.load(p_vn, boundary_check=(0, 1)).to(tl.float32))
         b_dvn = tl.load(p_dvn, boundary_check=(0, 1))
         b_v = tl.load(p_v, boundary_check=(0, 1)).to(tl.float32)
-        b_dAqk += tl.dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_vnT, input_precision=PREC)
-        b_dvb = tl.dot(b_At, b_dvn, input_precision=PREC)
+        b_dAqk += _dot(tl.load(p_do, boundary_check=(0, 1)).to(tl.float32), b_vnT, None, PREC)
+        b_dvb = _dot(b_At, b_dvn, None, PREC)
         if VIA_STATE:
             o_v = i_v * BV + tl.arange(0, BV)
             b_P = tl.zeros((BT, BV), dtype=tl.float32)
@@ -167,17 +167,17 @@ def _kda_wy_bwd_kernel(
                 b_kb *= tl.exp2(tl.load(p_G, boundary_check=(0, 1)))
                 b_S = tl.load(h + p_state + off_h, mask=(o_k < K)[:, None] & (o_v < V)[None, :], other=0.0)
                 b_S = b_S.to(tl.float32)
-                b_P += tl.dot(b_kb, b_S, input_precision=PREC)
-            b_dL += tl.dot(b_dvn, tl.trans(b_v * b_b[:, None] - b_P), input_precision=PREC)
+                b_P += _dot(b_kb, b_S, None, PREC)
+            b_dL += _dot(b_dvn, tl.trans(b_v * b_b[:, None] - b_P), None, PREC)
         else:
-            b_dL -= tl.dot(b_dvb, b_vnT, input_precision=PREC)
+            b_dL -= _dot(b_dvb, b_vnT, None, PREC)
         p_dv = tl.make_block_ptr(dv + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         tl.store(p_dv, (b_dvb * b_b[:, None]).to(p_dv.dtype.element_ty), boundary_check=(0, 1))
         tl.store(p_dvb, b_dvb, boundary_check=(0, 1))
         b_db += tl.sum(b_dvb * b_v, axis=1)
     if VIA_STATE:
-        b_dL = -tl.dot(tl.dot(b_At, b_dL, input_precision=PREC), b_At, input_precision=PREC)
+        b_dL = -_dot(_dot(b_At, b_dL, None, PREC), b_At, None, PREC)
     p_dAqk = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
     p_dL = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
     tl.store(p_dAqk, tl.where(m_tt & (o_t[None, :] <= o_t[:, None]), b_dAqk, 0.0), boundary_check=(0, 1))

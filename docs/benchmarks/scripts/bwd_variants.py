@@ -1,0 +1,172 @@
+"""Several copies of the package side by side in one process (one GPU call): fwd+bwd time, each kernel's CUDA time,
+every output's and gradient's error against the fp64 oracle (fla's on the same inputs beside them) and bit-identical
+reruns.
+
+    python3 docs/benchmarks/scripts/bwd_variants.py --pkg base=.var/base:triton_kda_base --pkg new=.:triton_kda
+        [--shapes B2-T8192-H32,...] [--dtypes bf16] [--rounds 3] [--profile B2-T8192-H32[:fp16],...] [--errors]
+
+`--pkg NAME=DIR:MODULE` imports MODULE (a copy of `triton_kda`) from DIR; a copy of commit C is made with
+`git archive C triton_kda | tar -x -C .var/x` and its package renamed (directory and imports). Timing, profile and
+input construction are those of `bwd_before_after.py` (Kimi Linear's flags); `--errors` pools the relative RMSE
+over `tests/test_vs_fla.py`'s seeds on its two cases (Kimi flags bf16 B1 T512 H4, fla's masked fp16 varlen case).
+Prints markdown tables; the last line is a one-line summary.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import os
+import statistics
+import sys
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bwd_before_after import inputs, kernel_times, step  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def load(spec: str):
+    """NAME=DIR:MODULE -> (NAME, the module's chunk_kda)."""
+    name, where = spec.split("=", 1)
+    path, module = where.split(":", 1)
+    sys.path.insert(0, os.path.abspath(path))
+    return name, importlib.import_module(module).chunk_kda
+
+
+def shape_of(text: str) -> tuple[int, int, int]:
+    B, T, H = (int(x[1:]) for x in text.split("-"))
+    return B, T, H
+
+
+def timings(fns: dict, shapes: list, dtypes: list, rounds: int) -> list[str]:
+    names = list(fns)
+    ratios = " | ".join(f"{n} / {names[0]}" for n in names[1:])
+    rows = [f"| shape | dtype | {' | '.join(f'{n} ms' for n in names)} | {ratios} |",
+            "|---|---|" + "---:|" * (2 * len(names) - 1)]
+    for dname in dtypes:
+        for text in shapes:
+            B, T, H = shape_of(text)
+            d = inputs(B, T, H, DTYPES[dname])
+            do = torch.randn_like(d["v"])
+            times = {n: [] for n in names}
+            for _ in range(rounds):
+                for n, fn in fns.items():
+                    times[n].append(do_bench(lambda fn=fn, d=d, do=do: step(fn, d, do), warmup=50, rep=300,
+                                             grad_to_none=list(d.values())))
+            med = {n: statistics.median(t) for n, t in times.items()}
+            rows.append(f"| {text} | {dname} | {' | '.join(f'{med[n]:.3f}' for n in names)} | "
+                        f"{' | '.join(f'{med[n] / med[names[0]]:.3f}' for n in names[1:])} |")
+            print(rows[-1], flush=True)
+            del d, do
+            torch.cuda.empty_cache()
+    return rows
+
+
+def profile(fns: dict, text: str) -> list[str]:
+    """Kernel times per fwd+bwd step of every package at `text` ("B2-T8192-H32", or "B2-T8192-H32:fp16")."""
+    text, _, dname = text.partition(":")
+    dname = dname or "bf16"
+    B, T, H = shape_of(text)
+    d = inputs(B, T, H, DTYPES[dname])
+    do = torch.randn_like(d["v"])
+    per = {n: kernel_times(fn, d, do) for n, fn in fns.items()}
+    for t in d.values():
+        t.grad = None
+    keys = sorted({k for p in per.values() for k in p}, key=lambda k: -max(p.get(k, 0) for p in per.values()))
+    rows = [f"{text} {dname}, us per fwd+bwd step (torch.profiler, 10 steps; grads accumulate into .grad)",
+            f"| kernel | {' | '.join(per)} |", "|---|" + "---:|" * len(per)]
+    rows += [f"| {k[:60]} | {' | '.join(f'{p.get(k, 0):.1f}' for p in per.values())} |" for k in keys]
+    rows.append(f"| total | {' | '.join(f'{sum(p.values()):.1f}' for p in per.values())} |")
+    return rows
+
+
+def errors(fns: dict) -> list[str]:
+    from tests.test_vs_fla import SEEDS, compare, fp16_masked, kimi_bf16
+
+    try:
+        from fla.ops.kda import chunk_kda as fla
+    except ImportError:
+        fla = None
+    rows = []
+    for case, build in (("Kimi flags bf16 B1 T512 H4", kimi_bf16), ("fla masked varlen fp16", fp16_masked)):
+        errs = compare([build(s) for s in SEEDS], {**fns, "fla": fla})
+        tensors = list(next(iter(errs.values())))
+        rows += [f"{case}: pooled rel RMSE vs fp64 over {len(SEEDS)} seeds",
+                 f"| impl | {' | '.join(tensors)} |", "|---|" + "---:|" * len(tensors)]
+        rows += [f"| {n} | {' | '.join(f'{e[t]:.2e}' for t in tensors)} |" for n, e in errs.items()]
+    return rows
+
+
+def intra_bwd_sweep(spec: str, configs: str, text: str) -> list[str]:
+    """fwd+bwd time of package `spec` (NAME=DIR:MODULE) with each chunk-local backward configuration of `configs`
+    ("BK,BV,warps,stages;..."), the table's own first."""
+    name, where = spec.split("=", 1)
+    mod = importlib.import_module(where.split(":", 1)[1] + ".intra")
+    table = mod.intra_bwd_config
+    B, T, H = shape_of(text)
+    d = inputs(B, T, H, torch.bfloat16)
+    do = torch.randn_like(d["v"])
+    fn = importlib.import_module(where.split(":", 1)[1]).chunk_kda
+    rows = [f"{name}: chunk-local backward configurations, {text} bf16 fwd+bwd", "| config | ms |", "|---|---:|"]
+    for cfg in [None, *configs.split(";")]:
+        if cfg is not None:
+            bk, bv, nw, ns = (int(x) for x in cfg.split(","))
+            mod.intra_bwd_config = lambda arch, K, V, c=(bk, bv, nw, ns): dataclasses.replace(
+                table(arch, K, V), BK=c[0], BV=c[1], num_warps=c[2], num_stages=c[3])
+        label = f"table {table(9, 128, 128)}" if cfg is None else cfg
+        try:
+            ms = do_bench(lambda: step(fn, d, do), warmup=50, rep=300, grad_to_none=list(d.values()))
+            rows.append(f"| {label} | {ms:.3f} |")
+        except Exception as exc:  # a configuration this GPU cannot run
+            rows.append(f"| {label} | failed: {type(exc).__name__} |")
+        print(rows[-1], flush=True)
+    mod.intra_bwd_config = table
+    return rows
+
+
+def deterministic(fn) -> bool:
+    from tests.test_vs_fla import _cotangents, _run, kimi_bf16
+
+    d = kimi_bf16(0)
+    do, dht = _cotangents(d, 0)
+    a, b = _run(fn, d, do, dht), _run(fn, d, do, dht)
+    return all(torch.equal(a[n], b[n]) for n in a)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pkg", action="append", required=True)
+    ap.add_argument("--shapes", default="B2-T8192-H32,B2-T8192-H64,B8-T2048-H32,B1-T8192-H16")
+    ap.add_argument("--dtypes", default="bf16")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile", default=None, help="SHAPE[:dtype],... kernel times per package")
+    ap.add_argument("--errors", action="store_true")
+    ap.add_argument("--intra-bwd-configs", default=None, help="BK,BV,warps,stages;... tried on the last --pkg")
+    args = ap.parse_args()
+    fns = dict(load(s) for s in args.pkg)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    out = timings(fns, args.shapes.split(","), args.dtypes.split(","), args.rounds) if args.shapes else []
+    sections = []
+    for text in args.profile.split(",") if args.profile else []:
+        sections.append(lambda text=text: profile(fns, text))
+    sweep_shape = (args.profile or "B2-T8192-H32").split(",")[0].split(":")[0]
+    if args.intra_bwd_configs:
+        sections.append(lambda: intra_bwd_sweep(args.pkg[-1], args.intra_bwd_configs, sweep_shape))
+    if args.errors:
+        sections.append(lambda: errors(fns))
+    sections.append(lambda: ["bit-identical reruns (Kimi bf16 case): "
+                             + ", ".join(f"{n} {deterministic(fn)}" for n, fn in fns.items())])
+    for section in sections:
+        rows = section()
+        print("\n".join(rows), flush=True)
+        out += rows
+    print("summary: " + out[-1], flush=True)
+
+if __name__ == "__main__":
+    main()
