@@ -4,9 +4,9 @@
   sigmoid, fp32 initial state, final-state gradient): every output and gradient's error is at most fla's, pooled
   over several seeds (dA_log has only HV elements per seed, one seed is too noisy to rank two kernels).
 - fla's own masked varlen test in fp16 (90% of the raw gates -1000, A_log = log U(1, 16), dt_bias ~ randn): the
-  gate parameters' gradients within 5e-3, and the gate gradients (g, A_log, dt_bias) at most fla's. The other fp16
-  errors are not held to fla's: measured on an H100 (2026-11-24) o 1.1e-3 vs fla 5.3e-4, dv 9.1e-4 vs 4.6e-4, dbeta
-  9.1e-4 vs 4.6e-4 (TF32 products on fp32 operands in the forward and the WY backward), an open gap.
+  gate parameters' gradients within 5e-3, and every output and gradient's error at most fla's, pooled over the
+  seeds (H100, 2026-11-24, commit 64c58f2: o 4.8e-4 vs fla 5.3e-4, the closest dh0 2.51e-4 vs 2.62e-4 and ht
+  4.49e-4 vs 4.63e-4).
 Skipped without a GPU or without fla.
 """
 from __future__ import annotations
@@ -135,5 +135,5 @@ def test_fla_masked_varlen_fp16():
     for n in ("A_log", "dt_bias"):
         assert ours[n] <= 5e-3, f"d{n}: rel RMSE {ours[n]:.2e} > 5e-3 (pooled over {len(SEEDS)} seeds)"
     if fla is not None:
-        worse = [n for n in ("g", "A_log", "dt_bias") if ours[n] > theirs[n]]
+        worse = [n for n in ours if ours[n] > theirs[n]]
         assert not worse, f"ours worse than fla on {worse} (ours / fla): " + _report(ours, theirs)
