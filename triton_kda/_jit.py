@@ -26,18 +26,30 @@ def _rn_tf32(x):
 
 
 @triton.jit
-def _dot(a, b, acc, PREC: tl.constexpr):
-    """tl.dot(a, b, acc) at input precision PREC ("ieee", "tf32x3", "tf32", or "tf32rn": TF32 on fp32 operands first
-    rounded to the nearest TF32 value by `_rn_tf32`). acc may be None."""
+def _tf32_operand(x, PREC: tl.constexpr):
+    """x as a product at precision PREC reads it: rounded by `_rn_tf32` under "tf32rn" (fp32 x), else unchanged.
+    For an operand that serves several products: round it once, then pass it to `_dot_exact`."""
     if PREC == "tf32rn":
-        if a.dtype == tl.float32:
-            a = _rn_tf32(a)
-        if b.dtype == tl.float32:
-            b = _rn_tf32(b)
+        if x.dtype == tl.float32:
+            x = _rn_tf32(x)
+    return x
+
+
+@triton.jit
+def _dot_exact(a, b, acc, PREC: tl.constexpr):
+    """`_dot` for operands that TF32 holds exactly (`_tf32_operand`'s results, fp16 values cast to fp32)."""
+    if PREC == "tf32rn":
         out = tl.dot(a, b, acc, input_precision="tf32")
     else:
         out = tl.dot(a, b, acc, input_precision=PREC)
     return out
+
+
+@triton.jit
+def _dot(a, b, acc, PREC: tl.constexpr):
+    """tl.dot(a, b, acc) at input precision PREC ("ieee", "tf32x3", "tf32", or "tf32rn": TF32 on fp32 operands first
+    rounded to the nearest TF32 value by `_rn_tf32`). acc may be None."""
+    return _dot_exact(_tf32_operand(a, PREC), _tf32_operand(b, PREC), acc, PREC)
 
 
 @triton.jit

@@ -25,7 +25,16 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda._jit import _chunk_coords, _chunk_rows, _dot, _finite_or_zero, _op, _state_offsets
+from triton_kda._jit import (
+    _chunk_coords,
+    _chunk_rows,
+    _dot,
+    _dot_exact,
+    _finite_or_zero,
+    _op,
+    _state_offsets,
+    _tf32_operand,
+)
 from triton_kda.configs import (
     arch_of,
     intra_bwd_candidates,
@@ -171,16 +180,17 @@ def _kda_intra_fwd_kernel(
         if EXACT_ROWS:
             rng = tl.maximum(rng, tl.max(-b_D, axis=1))
         b_e = tl.exp2(b_D)
-        b_qa = b_q * b_e
-        b_ka = b_k * b_e
+        # rounded once for the NC products below (fp16 runs; unchanged otherwise)
+        b_qa = _tf32_operand(b_q * b_e, PREC)
+        b_ka = _tf32_operand(b_k * b_e, PREC)
         for r in tl.static_range(NC):
             b_Ga = tl.sum(tl.where((tl.arange(0, NC) == r)[:, None], b_Ganc, 0.0), axis=0)
             b_kc = b_k * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX))
             b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kc, 0.0)
-            b_kc = tl.trans(_op(b_kc, IS_BF16))
+            b_kc = _tf32_operand(tl.trans(_op(b_kc, IS_BF16)), PREC)
             rows = (blk == r)[:, None]
-            b_Aqk += _dot(_op(tl.where(rows, b_qa, 0.0), IS_BF16), b_kc, None, PREC)
-            b_L += _dot(_op(tl.where(rows, b_ka, 0.0), IS_BF16), b_kc, None, PREC)
+            b_Aqk += _dot_exact(_op(tl.where(rows, b_qa, 0.0), IS_BF16), b_kc, None, PREC)
+            b_L += _dot_exact(_op(tl.where(rows, b_ka, 0.0), IS_BF16), b_kc, None, PREC)
         b_eG = tl.exp2(b_G)
         b_k = b_k * b_rk[:, None]
         b_q = b_q * (b_rq * scale)[:, None]
@@ -242,7 +252,7 @@ def _kda_intra_fwd_kernel(
         tl.store(beta_act + p_row_hv, b_beta, mask=m_t)
         p_X = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
         tl.store(p_X, tl.where(m_tt, b_X, 0.0).to(p_X.dtype.element_ty), boundary_check=(0, 1))
-    b_Xop = _op(b_X, IS_BF16)
+    b_Xop = _tf32_operand(_op(b_X, IS_BF16), PREC)
 
     # ---- w = Akk (beta kn 2^G), u = Akk (beta v) from the operands parked in w and u -----------------------------
     tl.debug_barrier()  # other threads of the program stored them
@@ -261,7 +271,7 @@ def _kda_intra_fwd_kernel(
             p_nxt = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, (j + 1 - NK) * BV),
                                       (BT, BV), (1, 0))
             b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
-        b_res = _dot(b_Xop, _op(b_cur, IS_BF16), None, PREC)
+        b_res = _dot_exact(b_Xop, _op(b_cur, IS_BF16), None, PREC)  # b_cur: stored in the input dtype
         tl.store(p_cur, b_res.to(p_cur.dtype.element_ty), boundary_check=(0, 1))
 
 

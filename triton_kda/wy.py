@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda._jit import _chunk_rows, _dot, _op, _state_offsets
+from triton_kda._jit import _chunk_rows, _dot, _dot_exact, _op, _state_offsets, _tf32_operand
 from triton_kda.configs import arch_of, precision_of, wy_bwd_config, wy_fwd_config
 from triton_kda.gate import _gate_cumsum, gate_mode
 
@@ -36,7 +36,7 @@ def _kda_wy_fwd_kernel(
     b_rk = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)
     b_beta = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
     p_A = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-    b_Xop = _op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)
+    b_Xop = _tf32_operand(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16), PREC)
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
@@ -52,7 +52,7 @@ def _kda_wy_fwd_kernel(
         p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         b_wop = (b_k * b_beta[:, None] * b_eG).to(p_w.dtype.element_ty)
-        tl.store(p_w, _dot(b_Xop, _op(b_wop, IS_BF16), None, PREC).to(p_w.dtype.element_ty),
+        tl.store(p_w, _dot_exact(b_Xop, _op(b_wop, IS_BF16), None, PREC).to(p_w.dtype.element_ty),
                  boundary_check=(0, 1))
         tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
         tl.store(p_kg, tl.where(m_t[:, None], b_k * tl.exp2(b_Gl[None, :] - b_G), 0.0).to(p_kg.dtype.element_ty),
@@ -61,7 +61,7 @@ def _kda_wy_fwd_kernel(
         p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         b_uop = (tl.load(p_v, boundary_check=(0, 1)).to(tl.float32) * b_beta[:, None]).to(p_u.dtype.element_ty)
-        tl.store(p_u, _dot(b_Xop, _op(b_uop, IS_BF16), None, PREC).to(p_u.dtype.element_ty),
+        tl.store(p_u, _dot_exact(b_Xop, _op(b_uop, IS_BF16), None, PREC).to(p_u.dtype.element_ty),
                  boundary_check=(0, 1))
 
 
