@@ -363,12 +363,14 @@ def _launch_fwd(plan: _FwdPlan, q, k, v, g, beta, A_log, dt_bias, h0, indices, n
     ptrs = (q, k, v, g, beta, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
             h0 if h0 is not None else o, o, ht if ht is not None else o, cu_seqlens if cu_seqlens is not None else q,
             indices if indices is not None else q, num_accepted if num_accepted is not None else q)
-    if plan.runners:
+    aligned = False  # every pointer 16-byte aligned: the case a kept compiled kernel serves
+    if plan.runners is not None:
         addrs = [t.data_ptr() for t in ptrs]
         bits = 0
         for a in addrs:
             bits |= a
-        if not bits & 15:
+        aligned = not bits & 15
+        if aligned and plan.runners:
             dev, stream = _device_stream()
             runner = plan.runners.get(dev)
             if runner is not None:
@@ -376,7 +378,7 @@ def _launch_fwd(plan: _FwdPlan, q, k, v, g, beta, A_log, dt_bias, h0, indices, n
                 return o, ht
     kernel = _kda_recurrent_fwd_kernel
     compiled = kernel[plan.grid](*ptrs, *plan.scalars, **plan.constexprs, num_warps=plan.num_warps, num_stages=1)
-    if plan.runners is not None and isinstance(compiled, CompiledKernel) and all(t.data_ptr() % 16 == 0 for t in ptrs):
+    if aligned and isinstance(compiled, CompiledKernel):
         names = kernel.arg_names[len(ptrs) + len(plan.scalars):]
         plan.tail = plan.scalars + tuple(plan.constexprs[n] for n in names)
         plan.runners[_device_stream()[0]] = compiled[plan.grid]
