@@ -28,7 +28,8 @@ def _rn_tf32(x):
 @triton.jit
 def _tf32_operand(x, PREC: tl.constexpr):
     """x as a product at precision PREC reads it: rounded by `_rn_tf32` under "tf32rn" (fp32 x), else unchanged.
-    For an operand that serves several products: round it once, then pass it to `_dot_exact`."""
+    An operand that serves several products is rounded once and passed to `_dot_exact`; values stored in fp16 need
+    no rounding."""
     if PREC == "tf32rn":
         if x.dtype == tl.float32:
             x = _rn_tf32(x)

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda._jit import _dot, _finite_or_zero, _op, _state_offsets
+from triton_kda._jit import _dot, _dot_exact, _finite_or_zero, _op, _state_offsets, _tf32_operand
 from triton_kda.configs import _kpad, arch_of, precision_of, state_candidates, state_config, tuned
 from triton_kda.state_cp import cp_end_gradients, cp_initial_states, plan_pieces
 from triton_kda.wy import IntraOut
@@ -63,13 +63,16 @@ def _kda_state_fwd_kernel(
         p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
         p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-        b_Sop = _op(b_S, IS_BF16)
+        # operands formed here or stored in fp32 (S, v_new, Aqk) rounded once; w, qg, kg are stored in the input
+        # dtype (exact in TF32)
+        b_Sop = _tf32_operand(_op(b_S, IS_BF16), PREC)
         b_vn = tl.load(p_u, boundary_check=(0, 1)).to(tl.float32)
-        b_vn -= _dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), b_Sop, None, PREC)
-        b_vnop = _op(_finite_or_zero(b_vn), IS_BF16)
+        b_vn -= _dot_exact(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), b_Sop, None, PREC)
+        b_vnop = _tf32_operand(_op(_finite_or_zero(b_vn), IS_BF16), PREC)
         if STORE_O:
-            b_o = _dot(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16), b_Sop, None, PREC)
-            b_o += _dot(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16), b_vnop, None, PREC)
+            b_o = _dot_exact(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16), b_Sop, None, PREC)
+            b_o += _dot_exact(_tf32_operand(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16), PREC), b_vnop, None,
+                              PREC)
             p_o = tl.make_block_ptr(o + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
             tl.store(p_o, b_o.to(p_o.dtype.element_ty), boundary_check=(0, 1))
         if STORE_VNEW:
@@ -78,7 +81,7 @@ def _kda_state_fwd_kernel(
             tl.store(p_vn, b_vn.to(p_vn.dtype.element_ty), boundary_check=(0, 1))
         b_gl = tl.load(gl + ((c_base + i_c) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
         b_S *= tl.exp2(b_gl)[:, None]
-        b_S += _dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)), b_vnop, None, PREC)
+        b_S += _dot_exact(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)), b_vnop, None, PREC)
     if STORE_HT:
         tl.store(ht + (i_n * HV + i_hv).to(tl.int64) * K * V + off_kv, b_S, mask=m_kv)
 
@@ -161,6 +164,8 @@ def _kda_state_bwd_kernel(
         p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
         p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
         p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+        # every operand rounded where it is used: rounding do once and skipping qg, kg, w here (as in the forward)
+        # made this kernel slower on the H100 (fp16 B2 T8192 H32: 1358 -> 2052 us)
         b_do = _op(tl.load(p_do, boundary_check=(0, 1)), IS_BF16)
         b_dvn = _dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
         b_dvn += _dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), None, PREC)
