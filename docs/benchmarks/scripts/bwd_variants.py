@@ -105,15 +105,17 @@ def errors(fns: dict) -> list[str]:
 
 def intra_bwd_sweep(spec: str, configs: str, text: str) -> list[str]:
     """fwd+bwd time of package `spec` (NAME=DIR:MODULE) with each chunk-local backward configuration of `configs`
-    ("BK,BV,warps,stages;..."), the table's own first."""
+    ("BK,BV,warps,stages;..."), the table's own first; text: SHAPE[:dtype] (bf16 by default)."""
     name, where = spec.split("=", 1)
     mod = importlib.import_module(where.split(":", 1)[1] + ".intra")
     table = mod.intra_bwd_config
-    B, T, H = shape_of(text)
-    d = inputs(B, T, H, torch.bfloat16)
+    shape, _, dname = text.partition(":")
+    B, T, H = shape_of(shape)
+    d = inputs(B, T, H, DTYPES[dname or "bf16"])
     do = torch.randn_like(d["v"])
     fn = importlib.import_module(where.split(":", 1)[1]).chunk_kda
-    rows = [f"{name}: chunk-local backward configurations, {text} bf16 fwd+bwd", "| config | ms |", "|---|---:|"]
+    rows = [f"{name}: chunk-local backward configurations, {shape} {dname or 'bf16'} fwd+bwd", "| config | ms |",
+            "|---|---:|"]
     for cfg in [None, *configs.split(";")]:
         if cfg is not None:
             bk, bv, nw, ns = (int(x) for x in cfg.split(","))
@@ -155,7 +157,7 @@ def main():
     sections = []
     for text in args.profile.split(",") if args.profile else []:
         sections.append(lambda text=text: profile(fns, text))
-    sweep_shape = (args.profile or "B2-T8192-H32").split(",")[0].split(":")[0]
+    sweep_shape = (args.profile or "B2-T8192-H32").split(",")[0]
     if args.intra_bwd_configs:
         sections.append(lambda: intra_bwd_sweep(args.pkg[-1], args.intra_bwd_configs, sweep_shape))
     if args.errors:
