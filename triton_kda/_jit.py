@@ -38,11 +38,8 @@ def _tf32_operand(x, PREC: tl.constexpr):
 
 @triton.jit
 def _dot_exact(a, b, acc, PREC: tl.constexpr):
-    """`_dot` for operands that TF32 holds exactly (`_tf32_operand`'s results, fp16 values cast to fp32). fp64
-    operands give an fp64 product (PREC "ieee")."""
-    if a.dtype == tl.float64:
-        out = tl.dot(a, b, acc, input_precision=PREC, out_dtype=tl.float64)
-    elif PREC == "tf32rn":
+    """`_dot` for operands that TF32 holds exactly (`_tf32_operand`'s results, fp16 values cast to fp32)."""
+    if PREC == "tf32rn":
         out = tl.dot(a, b, acc, input_precision="tf32")
     else:
         out = tl.dot(a, b, acc, input_precision=PREC)

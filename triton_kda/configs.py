@@ -306,7 +306,6 @@ class BwdPrecision(NamedTuple):
     products: str      # the state, WY and CP-map backward
     intra: str         # the chunk-local backward's intra-chunk sums (Rq, RL, C)
     intra_state: str   # the chunk-local backward's state-side products (do S^T, v_new dS^T, dvb S^T)
-    f64_sums: bool     # the gate gradient's intra-chunk sums and its reductions in fp64 (F64_SUMS)
 
 
 def bwd_precision_of(dtype: torch.dtype) -> BwdPrecision:
@@ -314,9 +313,9 @@ def bwd_precision_of(dtype: torch.dtype) -> BwdPrecision:
     backward's intra-chunk sums, whose fp32 operands (anchored factors, dAqk, dL) rounded to TF32 cost the gate
     gradients an order of magnitude (H100, fla's masked fp16 varlen case, 2 seeds: ddt_bias 1.0e-2 / 2.0e-2 with TF32
     there, 7.1e-4 / 6.3e-4 with tf32x3 there; tf32x3 in the state-side, state or WY products instead does not
-    help). fp32 also takes the gate gradient's sums in fp64 (`_kda_intra_bwd_kernel`'s F64_SUMS)."""
+    help)."""
     if dtype == torch.float32:
-        return BwdPrecision("tf32x3", "tf32x3", "tf32x3", True)
+        return BwdPrecision("tf32x3", "tf32x3", "tf32x3")
     if dtype == torch.float16:
-        return BwdPrecision("tf32rn", "tf32x3", "tf32rn", False)
-    return BwdPrecision("tf32", "tf32", "tf32", False)
+        return BwdPrecision("tf32rn", "tf32x3", "tf32rn")
+    return BwdPrecision("tf32", "tf32", "tf32")

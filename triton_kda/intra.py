@@ -326,7 +326,7 @@ def _kda_intra_bwd_kernel(
     cu_seqlens, chunk_indices, scale, TT,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
-    PREC: tl.constexpr, PREC_S: tl.constexpr, BF16_STATE: tl.constexpr, F64_SUMS: tl.constexpr,
+    PREC: tl.constexpr, PREC_S: tl.constexpr, BF16_STATE: tl.constexpr,
 ):
     """Chunk-local backward of one BC-row block and K slice: one program per (chunk x block, v-head, K slice).
 
@@ -343,13 +343,9 @@ def _kda_intra_bwd_kernel(
     PREC: the precision of the intra-chunk products (Rq, RL, C), PREC_S of the state-side ones (do S^T, v_new dS^T,
     dvb S^T). BF16_STATE (h, dh, do and v_new all bf16): do S^T and v_new dS^T take their bf16 operands as stored
     (exact products, fp32 sums: the numbers of TF32 on the same values at twice the rate).
-    F64_SUMS (fp32 inputs): the intra-chunk sums, their factors and E in fp64. E's row terms (Rq, RL) and column terms
-    (C) of a pair of rows both >= m cancel in the gate gradient of row m; in fp32 their rounding, and that of the two
-    anchored factorisations of one decay, is amplified by that cancellation (15x on kda-check's B1 T40 l2norm +
-    gate-in-kernel row: dg 1.2e-6 vs 2.1e-7 for the recurrence in fp32).
-    Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), the gate gradient's terms dE
-    [TT, HV, K] (fp64 with F64_SUMS, else fp32) and dF [TT, HV, K] fp32 (see below; `_kda_gate_bwd_kernel` sums them)
-    and dbeta_k [NK, TT, HV] fp32 (the beta gradient through w and L, before the sigmoid).
+    Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), the gate gradient's terms dE, dF
+    [TT, HV, K] fp32 (see below; `_kda_gate_bwd_kernel` sums them) and dbeta_k [NK, TT, HV] fp32 (the beta gradient
+    through w and L, before the sigmoid).
     """
     i_tc, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     NC: tl.constexpr = BT // BC
@@ -399,14 +395,20 @@ def _kda_intra_bwd_kernel(
     b_qn = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
     b_qn *= (tl.load(rstd_q + p_row_hv, mask=m_t, other=0.0) * scale)[:, None]
     b_b = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
-    if F64_SUMS:
-        b_Rq, b_RL, b_C = _intra_sums(b_dA.to(tl.float64), b_dL.to(tl.float64), b_dAt.to(tl.float64),
-                                      b_dLt.to(tl.float64), b_qn.to(tl.float64), b_kn.to(tl.float64),
-                                      b_b.to(tl.float64), b_G.to(tl.float64), b_G_r.to(tl.float64),
-                                      b_Ga.to(tl.float64), m_rk, r, BT, BC, "ieee")
+    if tl.max(tl.max(tl.where(m_rk, b_Ga[None, :] - b_G_r, 0.0), axis=1), axis=0) > RANGE_MAX:
+        b_Rq, b_RL, b_C = _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kn * b_b[:, None], b_G, b_G_r, r,
+                                            BT, BC)
     else:
-        b_Rq, b_RL, b_C = _intra_sums(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_b, b_G, b_G_r, b_Ga, m_rk, r, BT, BC,
-                                      PREC)
+        # 2^(G_i - G_j) = 2^(G_i - Ga) 2^(Ga - G_j): the first factor <= 1 for the block's rows, the second <= 1 for
+        # columns before the block and <= 2^RANGE_MAX inside it
+        b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)), 0.0)
+        b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
+        b_Rq = _dot(b_dA, b_kc, None, PREC) * b_eA
+        b_RL = _dot(b_dL, b_kc, None, PREC) * b_eA
+        b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
+        b_C = _dot(b_dAt, b_qn * b_f, None, PREC)
+        b_C = _dot(b_dLt, b_kn * b_b[:, None] * b_f, b_C, PREC)
+        b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
 
     # the state side for the block's rows: do S^T, v_new dS^T, X = Akk^T dw = -dvb S^T (and rowsum(S dS), once)
     b_dqg = tl.zeros((BC, BK), dtype=tl.float32)
@@ -447,40 +449,15 @@ def _kda_intra_bwd_kernel(
     b_S_last = tl.where((r * BC + o_c == n_valid - 1)[:, None], (b_SdS * tl.exp2(b_Gl))[None, :], 0.0)
     b_E = b_kn_r * (b_XeGb + b_RLb - b_C) + b_qn_r * b_dqn + b_S_last
     tl.store(dbeta_k + (i_k * TT + bos + s0 + o_c).to(tl.int64) * HV + i_hv,
-             tl.sum(b_kn_r * (b_X * b_eG + b_RL), axis=1).to(tl.float32), mask=m_r)
+             tl.sum(b_kn_r * (b_X * b_eG + b_RL), axis=1), mask=m_r)
     p_dq = tl.make_block_ptr(dq + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
     p_dk = tl.make_block_ptr(dk + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
     p_dE = tl.make_block_ptr(dE + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
     p_dF = tl.make_block_ptr(dF + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-    tl.store(p_dq, (b_dqn * scale).to(tl.float32), boundary_check=(0, 1))
-    tl.store(p_dk, b_dkn.to(tl.float32), boundary_check=(0, 1))
-    tl.store(p_dE, b_E.to(p_dE.dtype.element_ty), boundary_check=(0, 1))
+    tl.store(p_dq, b_dqn * scale, boundary_check=(0, 1))
+    tl.store(p_dk, b_dkn, boundary_check=(0, 1))
+    tl.store(p_dE, b_E, boundary_check=(0, 1))
     tl.store(p_dF, b_dkgl * b_kn_r, boundary_check=(0, 1))
-
-
-@triton.jit
-def _intra_sums(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_b, b_G, b_G_r, b_Ga, m_rk, r, BT: tl.constexpr,
-                BC: tl.constexpr, PREC: tl.constexpr):
-    """The intra-chunk sums Rq, RL, C [BC, BK] of `_kda_intra_bwd_kernel` for block r, in the tiles' dtype (fp32 or
-    fp64): anchored at the block's first row (b_Ga [BK]) where the block's gate range allows, else
-    `_intra_sums_exact`. b_dA, b_dL [BC, BT] the block's rows of dAqk / dL, b_dAt, b_dLt [BC, BT] their columns
-    (transposed); b_qn, b_kn, b_G [BT, BK] and b_b [BT] the whole chunk; b_G_r [BC, BK] the block's rows."""
-    o_t = tl.arange(0, BT)
-    if tl.max(tl.max(tl.where(m_rk, b_Ga[None, :] - b_G_r, 0.0), axis=1), axis=0) > RANGE_MAX:
-        b_Rq, b_RL, b_C = _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kn * b_b[:, None], b_G, b_G_r, r,
-                                            BT, BC)
-    else:
-        # 2^(G_i - G_j) = 2^(G_i - Ga) 2^(Ga - G_j): the first factor <= 1 for the block's rows, the second <= 1 for
-        # columns before the block and <= 2^RANGE_MAX inside it
-        b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)), 0.0)
-        b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
-        b_Rq = _dot(b_dA, b_kc, None, PREC) * b_eA
-        b_RL = _dot(b_dL, b_kc, None, PREC) * b_eA
-        b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
-        b_C = _dot(b_dAt, b_qn * b_f, None, PREC)
-        b_C = _dot(b_dLt, b_kn * b_b[:, None] * b_f, b_C, PREC)
-        b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
-    return b_Rq, b_RL, b_C
 
 
 @triton.jit
@@ -493,8 +470,8 @@ def _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kbn, b_G, b_G_r, r
     o_t = tl.arange(0, BT)
     o_c = tl.arange(0, BC)
     o_r = r * BC + o_c
-    b_Rq = tl.zeros(b_G_r.shape, dtype=b_G_r.dtype)
-    b_RL = tl.zeros(b_G_r.shape, dtype=b_G_r.dtype)
+    b_Rq = tl.zeros(b_G_r.shape, dtype=tl.float32)
+    b_RL = tl.zeros(b_G_r.shape, dtype=tl.float32)
     for j in range((r + 1) * BC):
         sel = (o_t == j)[:, None]
         b_Gj = tl.sum(tl.where(sel, b_G, 0.0), axis=0)
@@ -502,7 +479,7 @@ def _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kbn, b_G, b_G_r, r
         b_E = tl.where((o_r >= j)[:, None], tl.exp2(tl.minimum(b_G_r - b_Gj[None, :], 0.0)), 0.0)
         b_Rq += tl.sum(tl.where((o_t == j)[None, :], b_dA, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
         b_RL += tl.sum(tl.where((o_t == j)[None, :], b_dL, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
-    b_C = tl.zeros(b_G_r.shape, dtype=b_G_r.dtype)
+    b_C = tl.zeros(b_G_r.shape, dtype=tl.float32)
     for jj in range(BC):
         sel = (o_c == jj)[:, None]
         b_Gj = tl.sum(tl.where(sel, b_G_r, 0.0), axis=0)
@@ -518,23 +495,21 @@ class IntraBwdOut(NamedTuple):
     dk: torch.Tensor                    # [TT, HV, K] fp32, per v-head partials w.r.t. the normalised k
     dg: torch.Tensor                    # [TT, HV, K] in g's dtype, w.r.t. the raw gate input
     dbeta: torch.Tensor                 # [NK, TT, HV] fp32, per-K-slice beta gradient through w and L
-    dA_log_part: torch.Tensor | None    # [NK, NT, HV] partials of dA_log (with A_log in the gate), fp32 or fp64
-    ddt_bias_part: torch.Tensor | None  # [NT, HV, K] per-chunk partials of ddt_bias (with dt_bias), fp32 or fp64
+    dA_log_part: torch.Tensor | None    # [NK, NT, HV] fp32 partials of dA_log (with A_log in the gate)
+    ddt_bias_part: torch.Tensor | None  # [NT, HV, K] fp32 per-chunk partials of ddt_bias (with dt_bias)
 
 
 def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
               scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
-              prec: str, prec_state: str, f64_sums: bool) -> IntraBwdOut:
+              prec: str, prec_state: str) -> IntraBwdOut:
     """Launch `_kda_intra_bwd_kernel` on the (NT * NC, HV, NK) grid, then `_kda_gate_bwd_kernel` on (NT, HV, NK);
     shapes as in their docstrings (contiguous, flattened to TT tokens); A_log [HV] and dt_bias [HV * K] or None;
-    gate: the GATE constexpr; wy: `wy_bwd`'s outputs; f64_sums: the F64_SUMS constexpr (the gate gradient's sums in
-    fp64)."""
+    gate: the GATE constexpr; wy: `wy_bwd`'s outputs."""
     TT, H, K = q.shape
     HV, V = g.shape[1], v_new.shape[2]
     arch = arch_of(q.device)
     f32 = dict(device=q.device, dtype=torch.float32)
-    dq, dk, dF = (torch.empty(TT, HV, K, **f32) for _ in range(3))
-    dE = torch.empty(TT, HV, K, device=q.device, dtype=torch.float64 if f64_sums else torch.float32)
+    dq, dk, dE, dF = (torch.empty(TT, HV, K, **f32) for _ in range(4))
     bf16_state = all(x.dtype == torch.bfloat16 for x in (h, dh, do, v_new))
 
     def launch(cfg):
@@ -545,12 +520,11 @@ def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, 
             q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dE, dF, dbeta,
             plan.cu_seqlens, plan.chunk_indices, scale, TT,
             H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, PREC=prec,
-            PREC_S=prec_state, BF16_STATE=bf16_state, F64_SUMS=f64_sums, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
+            PREC_S=prec_state, BF16_STATE=bf16_state, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         return dbeta
 
-    key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate, f64_sums)
+    key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate)
     dbeta = launch(tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch))
     dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dE, dF, plan, BT, gate=gate, lower_bound=lower_bound)
     return IntraBwdOut(dq, dk, dg, dbeta, dA_log_part, ddt_bias_part)
