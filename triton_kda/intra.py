@@ -285,16 +285,16 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, BT: int, *,
     dev, dt = q.device, q.dtype
     arch = arch_of(dev)
     f32 = dict(device=dev, dtype=torch.float32)
-    aux = store_aux
     a_dt = dt if dt == torch.bfloat16 else torch.float32
     out = IntraOut(
         Aqk=torch.empty(TT, HV, BT, device=dev, dtype=a_dt),
         w=torch.empty(TT, HV, K, device=dev, dtype=dt), u=torch.empty(TT, HV, V, device=dev, dtype=dt),
         qg=torch.empty(TT, HV, K, device=dev, dtype=dt), kg=torch.empty(TT, HV, K, device=dev, dtype=dt),
         gl=torch.empty(plan.NT, HV, K, **f32),
-        rstd_q=torch.empty(TT, HV, **f32) if aux else None,
-        rstd_k=torch.empty(TT, HV, **f32) if aux else None, beta=torch.empty(TT, HV, **f32) if aux else None,
-        Akk=torch.empty(TT, HV, BT, device=dev, dtype=a_dt) if aux else None,
+        rstd_q=torch.empty(TT, HV, **f32) if store_aux else None,
+        rstd_k=torch.empty(TT, HV, **f32) if store_aux else None,
+        beta=torch.empty(TT, HV, **f32) if store_aux else None,
+        Akk=torch.empty(TT, HV, BT, device=dev, dtype=a_dt) if store_aux else None,
     )
     gate = gate_mode(use_gate_in_kernel, lower_bound)
 

@@ -100,10 +100,10 @@ def state_fwd(intra: IntraOut, initial_state, plan, BT: int, V: int, *, output_f
     backward's recompute of h and v_new) o is not formed: StateOut.o is None."""
     TT, HV, K = intra.w.shape
     dev, dt = intra.w.device, intra.w.dtype
-    arch = arch_of(dev)
+    arch, es = arch_of(dev), intra.w.element_size()
     o = torch.empty(TT if store_o else 0, HV, V, device=dev, dtype=dt)
     # intra-card CP: long sequences run as pieces, each from its start state (state_cp.py)
-    pieces = plan_pieces(plan.lens, BT, HV, K, V, intra.w.element_size(), dev, seqs=plan)
+    pieces = plan_pieces(plan.lens, BT, HV, K, V, es, dev, seqs=plan)
     runs, h0 = plan, initial_state
     if pieces is not None:
         h0 = cp_initial_states(intra.kg, intra.w, intra.u, intra.gl, initial_state, plan, pieces, BT,
@@ -126,7 +126,6 @@ def state_fwd(intra: IntraOut, initial_state, plan, BT: int, V: int, *, output_f
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 
-    es = intra.w.element_size()
     key = ("state_fwd", arch, dt, K, V, BT, HV, triton.next_power_of_2(runs.N), store_o, store_h, store_v_new)
     launch(tuned(key, state_config(arch, K, V, es), state_candidates(arch, K, V, es), launch))
     if pieces is not None and ht is not None:
