@@ -9,12 +9,10 @@ import math
 import pytest
 import torch
 
-import triton_kda.chunk_bwd
 from reference.kda import kda_chunk, kda_recurrent
 from tests.utils import DEVICE, assert_close, case_id, make_inputs
 from triton_kda import chunk_kda
 from triton_kda.chunk_fwd import plan_chunks
-from triton_kda.configs import BwdPrecision
 from triton_kda.gate import gate_cumsum, gate_mode
 
 LEAVES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
@@ -135,27 +133,6 @@ def test_grads_match_oracle_masked_strong_decay(params):
     ref = _oracle_grads(d, do, dht)
     for name, g in got.items():
         assert_close(f"d{name}", g, ref[name], MASKED_TOL[name])
-
-
-FORM_CASES = [FP32_CASES[3], FP32_CASES[8], FP32_CASES[10], MASKED[0]]
-FORM_GRID = [(p, span) for span in (0, 1) for p in FORM_CASES]
-
-
-@pytest.mark.parametrize("params,span", FORM_GRID,
-                         ids=[f"{case_id(**p, dtype=torch.float32)}-span{s}" for p, s in FORM_GRID])
-def test_gate_gradient_forms(params, span, monkeypatch):
-    """The chunk-local backward's other forms of the gate gradient (SPAN 0: bf16's, 1: fp16's), run on fp32 inputs
-    through the interpreter (bf16 does not run there). Measured on an AMD EPYC: dg <= 1.4e-6, dA_log <= 3.5e-6 (the
-    masked case), every other gradient as with SPAN 2."""
-    monkeypatch.setattr(triton_kda.chunk_bwd, "bwd_precision_of",
-                        lambda dtype: BwdPrecision("tf32x3", "tf32x3", "tf32x3", span))
-    d, chunk_size, disable_recompute = _inputs(params, torch.float32)
-    do, dht = _cotangents(d, seed=0)
-    got = _kernel_grads(d, chunk_size, disable_recompute, do, dht)
-    ref = _oracle_grads(d, do, dht)
-    tol = MASKED_TOL if params in MASKED else TOL[torch.float32]
-    for name, g in got.items():
-        assert_close(f"d{name}", g, ref[name], tol[name])
 
 
 @pytest.mark.gpu

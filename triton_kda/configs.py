@@ -306,7 +306,6 @@ class BwdPrecision(NamedTuple):
     products: str      # the state, WY and CP-map backward
     intra: str         # the chunk-local backward's intra-chunk sums (Rq, RL, C)
     intra_state: str   # the chunk-local backward's state-side products (do S^T, v_new dS^T, dvb S^T)
-    gate_span: int     # the chunk-local backward's form of the gate gradient (SPAN of `_kda_intra_bwd_kernel`)
 
 
 def bwd_precision_of(dtype: torch.dtype) -> BwdPrecision:
@@ -316,7 +315,7 @@ def bwd_precision_of(dtype: torch.dtype) -> BwdPrecision:
     there, 7.1e-4 / 6.3e-4 with tf32x3 there; tf32x3 in the state-side, state or WY products instead does not
     help)."""
     if dtype == torch.float32:
-        return BwdPrecision("tf32x3", "tf32x3", "tf32x3", 2)
+        return BwdPrecision("tf32x3", "tf32x3", "tf32x3")
     if dtype == torch.float16:
-        return BwdPrecision("tf32rn", "tf32x3", "tf32rn", 1)
-    return BwdPrecision("tf32", "tf32", "tf32", 0)
+        return BwdPrecision("tf32rn", "tf32x3", "tf32rn")
+    return BwdPrecision("tf32", "tf32", "tf32")

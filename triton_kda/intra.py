@@ -322,11 +322,11 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, BT: int, *,
 @triton.jit
 def _kda_intra_bwd_kernel(
     q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
-    dq, dk, dD, dW, dbeta_k,
+    dq, dk, dE, dF, dbeta_k,
     cu_seqlens, chunk_indices, scale, TT,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
-    PREC: tl.constexpr, PREC_S: tl.constexpr, BF16_STATE: tl.constexpr, SPAN: tl.constexpr,
+    PREC: tl.constexpr, PREC_S: tl.constexpr, BF16_STATE: tl.constexpr,
 ):
     """Chunk-local backward of one BC-row block and K slice: one program per (chunk x block, v-head, K slice).
 
@@ -337,25 +337,15 @@ def _kda_intra_bwd_kernel(
     the block's rows i / columns j the sums over j <= i of the chunk
         Rq_i = sum_j dAqk_ij kn_j 2^(G_i - G_j),  RL_i = sum_j dL_ij kn_j 2^(G_i - G_j),
         C_j  = sum_i (dAqk_ij qn_i + dL_ij kbn_i) 2^(G_i - G_j),
-    dqn = (do S^T) 2^G + Rq,  dkn = X beta 2^G + (v_new dS^T) 2^(G_last - G) + beta RL + C  (X = -dvb S^T).
-    The sums are split by 16-row block: columns in earlier blocks and rows in later blocks are anchored at the
-    boundary between the blocks (both factors <= 1, any gate range); pairs inside the block are anchored at its
-    first row a, or summed exactly column by column where G_a - G_i exceeds RANGE_MAX.
-
-    The gate gradient: dgate_m (the gradient of G at row m) sums every term whose decay spans m: the pair terms
-    t_ij = (dAqk_ij qn_i + dL_ij kbn_i) kn_j 2^(G_i - G_j) for j < m <= i, the state-side terms of rows i >= m and
-    the kg terms of rows j < m. Each term is counted once, for the rows it spans, so strong decays leave no
-    cancellation. This program writes dD, the part from terms inside its block, and dW, its block sums:
-    dW[c, r, 0] the state-side terms of block r (spanning every earlier block), dW[c, r, s + 1] the pair terms with
-    the column in block s < r (spanning the blocks between) and dW[c, NC, r + 1] the kg terms of block r (spanning
-    every later block); `_kda_gate_bwd_kernel` adds them up. SPAN_INBLOCK sums the pairs inside the block for the
-    rows they span; otherwise as row sums minus column sums within the block (cancelling at most the block's pairs).
+    dqn = (do S^T) 2^G + Rq,  dkn = X beta 2^G + (v_new dS^T) 2^(G_last - G) + beta RL + C  (X = -dvb S^T), and
+    dG, the gradient of G, from the same terms. The sums use the forward's anchored factorisation (anchor = the
+    block's first row); a block whose gate range exceeds RANGE_MAX is summed exactly, column by column.
     PREC: the precision of the intra-chunk products (Rq, RL, C), PREC_S of the state-side ones (do S^T, v_new dS^T,
     dvb S^T). BF16_STATE (h, dh, do and v_new all bf16): do S^T and v_new dS^T take their bf16 operands as stored
     (exact products, fp32 sums: the numbers of TF32 on the same values at twice the rate).
-    Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), dD [TT, HV, K] fp32,
-    dW [NT, NC + 1, NC + 1, HV, K] fp32 (the entries above) and dbeta_k [NK, TT, HV] fp32 (the beta gradient through
-    w and L, before the sigmoid).
+    Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), the gate gradient's terms dE, dF
+    [TT, HV, K] fp32 (see below; `_kda_gate_bwd_kernel` sums them) and dbeta_k [NK, TT, HV] fp32 (the beta gradient
+    through w and L, before the sigmoid).
     """
     i_tc, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     NC: tl.constexpr = BT // BC
@@ -375,14 +365,16 @@ def _kda_intra_bwd_kernel(
     p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
     p_rows = (bos + s0 + o_c).to(tl.int64) * HV + i_hv
     p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
-    # dW[i_t, r_ext, s_ext, i_hv, o_k]
-    p_W = dW + (i_t * (NC + 1) * (NC + 1) * HV + i_hv).to(tl.int64) * K + o_k
 
-    # this block's rows: G (anchor Ga = its first row), qn, kn, beta; u = qn 2^(G - Ga), w = kbn 2^(G - Ga)
-    p_Gr = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-    b_G_r = tl.load(p_Gr, boundary_check=(0, 1))
+    # the whole chunk's G, kn, qn and kbn (the sums reach every row), then this block's rows
+    p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    b_G = tl.load(p_G, boundary_check=(0, 1))
+    b_G_r = tl.sum(tl.where((tl.arange(0, NC) == r)[:, None, None], tl.reshape(b_G, (NC, BC, BK)), 0.0), axis=0)
     b_Ga = tl.sum(tl.where((o_c == 0)[:, None], b_G_r, 0.0), axis=0)
     b_Gl = tl.load(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, mask=m_k, other=0.0)
+    p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    b_kn = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)[:, None]
     p_qr = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
     p_kr = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
     b_qn_r = tl.load(p_qr, boundary_check=(0, 1)).to(tl.float32)
@@ -390,14 +382,35 @@ def _kda_intra_bwd_kernel(
     b_kn_r = tl.load(p_kr, boundary_check=(0, 1)).to(tl.float32)
     b_kn_r *= tl.load(rstd_k + p_rows, mask=m_r, other=0.0)[:, None]
     b_b_r = tl.load(beta_act + p_rows, mask=m_r, other=0.0)
-    b_kbn_r = b_kn_r * b_b_r[:, None]
-    b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
-    b_u = b_qn_r * b_eA
-    b_w = b_kbn_r * b_eA
 
-    # the state side: do S^T, v_new dS^T, X = Akk^T dw = -dvb S^T (and rowsum(S dS), once); first, so that the sums
-    # below fold into a few accumulators: dqn, dkn, dbk (the beta gradient's tile), up (gate terms reaching the rows
-    # m <= i) and dn (reaching the rows m > j)
+    # rows of dAqk / dL (block rows i, all columns) and columns (rows j of the transposes)
+    p_dA = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, 0), (BC, BT), (1, 0))
+    p_dL = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, 0), (BC, BT), (1, 0))
+    p_dAt = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, t0), (BC, BT), (0, 1))
+    p_dLt = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, t0), (BC, BT), (0, 1))
+    b_dA = tl.load(p_dA, boundary_check=(0, 1))
+    b_dL = tl.load(p_dL, boundary_check=(0, 1))
+    b_dAt = tl.load(p_dAt, boundary_check=(0, 1))
+    b_dLt = tl.load(p_dLt, boundary_check=(0, 1))
+    b_qn = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32)
+    b_qn *= (tl.load(rstd_q + p_row_hv, mask=m_t, other=0.0) * scale)[:, None]
+    b_b = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
+    if tl.max(tl.max(tl.where(m_rk, b_Ga[None, :] - b_G_r, 0.0), axis=1), axis=0) > RANGE_MAX:
+        b_Rq, b_RL, b_C = _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kn * b_b[:, None], b_G, b_G_r, r,
+                                            BT, BC)
+    else:
+        # 2^(G_i - G_j) = 2^(G_i - Ga) 2^(Ga - G_j): the first factor <= 1 for the block's rows, the second <= 1 for
+        # columns before the block and <= 2^RANGE_MAX inside it
+        b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)), 0.0)
+        b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
+        b_Rq = _dot(b_dA, b_kc, None, PREC) * b_eA
+        b_RL = _dot(b_dL, b_kc, None, PREC) * b_eA
+        b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
+        b_C = _dot(b_dAt, b_qn * b_f, None, PREC)
+        b_C = _dot(b_dLt, b_kn * b_b[:, None] * b_f, b_C, PREC)
+        b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
+
+    # the state side for the block's rows: do S^T, v_new dS^T, X = Akk^T dw = -dvb S^T (and rowsum(S dS), once)
     b_dqg = tl.zeros((BC, BK), dtype=tl.float32)
     b_dkg = tl.zeros((BC, BK), dtype=tl.float32)
     b_X = tl.zeros((BC, BK), dtype=tl.float32)
@@ -423,176 +436,58 @@ def _kda_intra_bwd_kernel(
         b_X -= _dot(tl.load(p_dvb, boundary_check=(0, 1)), tl.trans(b_S), None, PREC_S)
         b_SdS += tl.sum(b_S * b_dS, axis=1)
     b_eG = tl.where(m_rk, tl.exp2(b_G_r), 0.0)
-    b_dqn = b_dqg * b_eG
-    b_dbk = b_X * b_eG
-    b_dkgl = b_dkg * tl.where(m_rk, tl.exp2(b_Gl[None, :] - b_G_r), 0.0)
-    b_dkn = b_dbk * b_b_r[:, None] + b_dkgl
-    # terms of G_i (qg, w; the state's decay 2^G_last on the chunk's last row) reach the rows m <= i, terms of -G_j
-    # (kg) the rows m > j
-    b_up = b_kbn_r * b_dbk + b_qn_r * b_dqn
-    b_up += tl.where((r * BC + o_c == n_valid - 1)[:, None], (b_SdS * tl.exp2(b_Gl))[None, :], 0.0)
-    b_dn = b_kn_r * b_dkgl
-    if SPAN > 0:
-        tl.store(p_W + r * (NC + 1) * HV * K, tl.sum(b_up, axis=0), mask=m_k)
-    tl.store(p_W + (NC * (NC + 1) + r + 1) * HV * K, tl.sum(b_dn, axis=0), mask=m_k)
+    b_eGl = tl.where(m_rk, tl.exp2(b_Gl[None, :] - b_G_r), 0.0)
+    b_dkgl = b_dkg * b_eGl
 
-    # columns in an earlier block s (anchor Ga); SPAN > 0: the pair terms' block sums go to dW[r, s + 1]
-    if SPAN > 0:
-        for s in range(r):
-            p_dAs = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, s * BC), (BC, BC),
-                                      (1, 0))
-            p_dLs = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, s * BC), (BC, BC),
-                                      (1, 0))
-            p_ks = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0 + s * BC, i_k * BK), (BC, BK),
-                                     (1, 0))
-            p_Gs = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0 + s * BC, i_k * BK), (BC, BK),
-                                     (1, 0))
-            b_rk = tl.load(rstd_k + (bos + t0 + s * BC + o_c).to(tl.int64) * HV + i_hv, mask=s * BC + o_c < n_valid,
-                           other=0.0)
-            b_kc = tl.load(p_ks, boundary_check=(0, 1)).to(tl.float32) * b_rk[:, None]
-            b_kc *= tl.exp2(tl.minimum(b_Ga[None, :] - tl.load(p_Gs, boundary_check=(0, 1)), RANGE_MAX))
-            b_Rs = _dot(tl.load(p_dAs, boundary_check=(0, 1)), b_kc, None, PREC)
-            b_Ls = _dot(tl.load(p_dLs, boundary_check=(0, 1)), b_kc, None, PREC)
-            b_Ws = b_u * b_Rs + b_w * b_Ls
-            tl.store(p_W + (r * (NC + 1) + s + 1) * HV * K, tl.sum(b_Ws, axis=0), mask=m_k)
-            b_up += b_Ws
-            b_dqn += b_Rs * b_eA
-            b_dbk += b_Ls * b_eA
-            b_dkn += b_Ls * b_eA * b_b_r[:, None]
-    else:
-        if r > 0:  # in one product; the pair terms stay in E (row sums here, column sums at the columns' rows)
-            p_dAr = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, 0), (BC, BT), (1, 0))
-            p_dLr = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, 0), (BC, BT), (1, 0))
-            p_kt = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-            p_Gt = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-            b_rk = tl.load(rstd_k + (bos + t0 + o_t).to(tl.int64) * HV + i_hv, mask=o_t < r * BC, other=0.0)
-            b_kc = tl.load(p_kt, boundary_check=(0, 1)).to(tl.float32) * b_rk[:, None]
-            b_kc *= tl.exp2(tl.minimum(b_Ga[None, :] - tl.load(p_Gt, boundary_check=(0, 1)), RANGE_MAX))
-            b_Rs = _dot(tl.load(p_dAr, boundary_check=(0, 1)), b_kc, None, PREC)
-            b_Ls = _dot(tl.load(p_dLr, boundary_check=(0, 1)), b_kc, None, PREC)
-            b_up += b_u * b_Rs + b_w * b_Ls
-            b_dqn += b_Rs * b_eA
-            b_dbk += b_Ls * b_eA
-            b_dkn += b_Ls * b_eA * b_b_r[:, None]
-        o_n = tl.arange(0, NC)
-        tl.store(p_W[None, :] + ((r * (NC + 1) + o_n + 1) * HV * K)[:, None], tl.zeros((NC, BK), dtype=tl.float32),
-                 mask=(o_n < r)[:, None] & m_k[None, :])
-
-    # rows in a later block (anchor Gn = the next block's first row)
-    if (r + 1) * BC < n_valid:
-        p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        b_G = tl.load(p_G, boundary_check=(0, 1))
-        b_Gn = tl.sum(tl.where((o_t == (r + 1) * BC)[:, None], b_G, 0.0), axis=0)
-        b_f = tl.where((o_t >= (r + 1) * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Gn[None, :], RANGE_MAX)), 0.0)
-        p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        b_qf = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32) * b_f
-        b_qf *= (tl.load(rstd_q + p_row_hv, mask=m_t, other=0.0) * scale)[:, None]
-        b_kf = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_f
-        b_kf *= (tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0) * tl.load(beta_act + p_row_hv, mask=m_t,
-                                                                            other=0.0))[:, None]
-        p_dAt = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, t0), (BC, BT), (0, 1))
-        p_dLt = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, t0), (BC, BT), (0, 1))
-        b_C = _dot(tl.load(p_dAt, boundary_check=(0, 1)), b_qf, None, PREC)
-        b_C = _dot(tl.load(p_dLt, boundary_check=(0, 1)), b_kf, b_C, PREC)
-        b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Gn[None, :] - b_G_r, RANGE_MAX)), 0.0)
-        b_dkn += b_C
-        if SPAN > 0:
-            b_dn += b_kn_r * b_C
-        else:
-            b_up -= b_kn_r * b_C
-
-    # pairs inside the block (anchor Ga, or exact column by column where G_a - G_i exceeds RANGE_MAX)
-    p_dA = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, r * BC), (BC, BC), (1, 0))
-    p_dL = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, r * BC), (BC, BC), (1, 0))
-    b_dA = tl.load(p_dA, boundary_check=(0, 1))
-    b_dL = tl.load(p_dL, boundary_check=(0, 1))
-    if tl.max(tl.max(tl.where(m_rk, b_Ga[None, :] - b_G_r, 0.0), axis=1), axis=0) > RANGE_MAX:
-        b_Rq, b_RL, b_C, b_Di = _inblock_exact(b_dA, b_dL, b_qn_r, b_kn_r, b_kbn_r, b_G_r, BC, SPAN == 2)
-    else:
-        b_eB = tl.where(m_rk, tl.exp2(b_Ga[None, :] - b_G_r), 0.0)  # <= 2^RANGE_MAX
-        b_ka = b_kn_r * b_eB
-        b_Rq = _dot(b_dA, b_ka, None, PREC) * b_eA
-        b_RL = _dot(b_dL, b_ka, None, PREC) * b_eA
-        p_dAt = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, s0), (BC, BC), (0, 1))
-        p_dLt = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, s0), (BC, BC), (0, 1))
-        b_C = _dot(tl.load(p_dAt, boundary_check=(0, 1)), b_u, None, PREC)
-        b_C = _dot(tl.load(p_dLt, boundary_check=(0, 1)), b_w, b_C, PREC) * b_eB
-        if SPAN == 2:
-            b_Di = _inblock_span(b_dA, b_dL, b_u, b_w, b_ka, BC)
-        else:
-            b_Di = tl.zeros((BC, BK), dtype=tl.float32)
-    b_dqn += b_Rq
-    b_dbk += b_RL
-    b_dkn += b_RL * b_b_r[:, None] + b_C
-    if SPAN < 2:
-        b_up += b_qn_r * b_Rq + b_kbn_r * b_RL - b_kn_r * b_C
-    if SPAN == 0:
-        tl.store(p_W + r * (NC + 1) * HV * K, tl.sum(b_up, axis=0), mask=m_k)
-
-    tl.store(dbeta_k + (i_k * TT + bos + s0 + o_c).to(tl.int64) * HV + i_hv, tl.sum(b_kn_r * b_dbk, axis=1), mask=m_r)
+    b_XeGb = b_X * b_eG * b_b_r[:, None]
+    b_RLb = b_RL * b_b_r[:, None]
+    b_dqn = b_dqg * b_eG + b_Rq
+    b_dkn = b_XeGb + b_dkgl + b_RLb + b_C
+    # the gate gradient of each row m sums only terms whose decay spans m, so strong decays give small values without
+    # cancellation: E (terms of G_i: qg, w, the rows and columns of Aqk / L) reaches the rows m <= i, F (terms of
+    # G_last - G_j: kg) the rows m > j, the state's decay 2^G_last every row (E's last row of the chunk carries it)
+    b_S_last = tl.where((r * BC + o_c == n_valid - 1)[:, None], (b_SdS * tl.exp2(b_Gl))[None, :], 0.0)
+    b_E = b_kn_r * (b_XeGb + b_RLb - b_C) + b_qn_r * b_dqn + b_S_last
+    tl.store(dbeta_k + (i_k * TT + bos + s0 + o_c).to(tl.int64) * HV + i_hv,
+             tl.sum(b_kn_r * (b_X * b_eG + b_RL), axis=1), mask=m_r)
     p_dq = tl.make_block_ptr(dq + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
     p_dk = tl.make_block_ptr(dk + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-    p_dD = tl.make_block_ptr(dD + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    p_dE = tl.make_block_ptr(dE + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    p_dF = tl.make_block_ptr(dF + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
     tl.store(p_dq, b_dqn * scale, boundary_check=(0, 1))
     tl.store(p_dk, b_dkn, boundary_check=(0, 1))
-    tl.store(p_dD, tl.cumsum(b_up, axis=0, reverse=True) + _cumsum_exclusive(b_dn) + b_Di, boundary_check=(0, 1))
+    tl.store(p_dE, b_E, boundary_check=(0, 1))
+    tl.store(p_dF, b_dkgl * b_kn_r, boundary_check=(0, 1))
 
 
 @triton.jit
-def _scan_exclusive(e1, t1, e2, t2):
-    # (sum before the segment's last element, segment total)
-    return t1 + e2, t1 + t2
-
-
-@triton.jit
-def _cumsum_exclusive(x):
-    """sum_{j < m} x_j along axis 0, without subtracting x_m from an inclusive sum."""
-    e, _ = tl.associative_scan((tl.zeros_like(x), x), 0, _scan_exclusive)
-    return e
-
-
-@triton.jit
-def _inblock_span(b_dA, b_dL, b_u, b_w, b_kc, BC: tl.constexpr):
-    """D_m = sum_{j < m <= i} (dA_ij u_i + dL_ij w_i) kc_j over one block's pairs (b_dA, b_dL [BC, BC]; b_u, b_w,
-    b_kc [BC, BK]): each pair once, for the rows it spans."""
+def _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kbn, b_G, b_G_r, r, BT: tl.constexpr,
+                      BC: tl.constexpr):
+    """The intra-chunk sums of `_kda_intra_bwd_kernel` for block r, exact for any gate range (column by column):
+    rows Rq, RL [BC, BK] from the block's rows of dAqk / dL (b_dA, b_dL [BC, BT]); columns C [BC, BK] from their
+    columns (b_dAt, b_dLt [BC, BT], transposed); b_qn, b_kn, b_kbn, b_G [BT, BK] whole chunk, b_G_r [BC, BK] the
+    block's rows."""
+    o_t = tl.arange(0, BT)
     o_c = tl.arange(0, BC)
-    b_V = tl.zeros(b_u.shape, dtype=tl.float32)  # row i: sum over the columns j < m so far
-    b_D = tl.zeros(b_u.shape, dtype=tl.float32)
-    for j in range(BC - 1):
-        b_a = tl.sum(tl.where((o_c == j)[None, :], b_dA, 0.0), axis=1)
-        b_l = tl.sum(tl.where((o_c == j)[None, :], b_dL, 0.0), axis=1)
-        b_kcj = tl.sum(tl.where((o_c == j)[:, None], b_kc, 0.0), axis=0)
-        b_V += (b_a[:, None] * b_u + b_l[:, None] * b_w) * b_kcj[None, :]
-        b_Dm = tl.sum(tl.where((o_c > j)[:, None], b_V, 0.0), axis=0)
-        b_D = tl.where((o_c == j + 1)[:, None], b_Dm[None, :], b_D)
-    return b_D
-
-
-@triton.jit
-def _inblock_exact(b_dA, b_dL, b_qn, b_kn, b_kbn, b_G, BC: tl.constexpr, SPAN_INBLOCK: tl.constexpr):
-    """The in-block sums of `_kda_intra_bwd_kernel`, exact for any gate range (column by column): Rq, RL, C [BC, BK]
-    and, with SPAN_INBLOCK, the spanning sums D (else zeros); b_dA, b_dL [BC, BC]; b_qn, b_kn, b_kbn, b_G [BC, BK]
-    the block's rows."""
-    o_c = tl.arange(0, BC)
-    b_Rq = tl.zeros(b_G.shape, dtype=tl.float32)
-    b_RL = tl.zeros(b_G.shape, dtype=tl.float32)
-    b_C = tl.zeros(b_G.shape, dtype=tl.float32)
-    b_D = tl.zeros(b_G.shape, dtype=tl.float32)
-    for j in range(BC):
-        sel = (o_c == j)[:, None]
+    o_r = r * BC + o_c
+    b_Rq = tl.zeros(b_G_r.shape, dtype=tl.float32)
+    b_RL = tl.zeros(b_G_r.shape, dtype=tl.float32)
+    for j in range((r + 1) * BC):
+        sel = (o_t == j)[:, None]
         b_Gj = tl.sum(tl.where(sel, b_G, 0.0), axis=0)
         b_knj = tl.sum(tl.where(sel, b_kn, 0.0), axis=0)
-        b_E = tl.where(o_c[:, None] >= j, tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
-        b_a = tl.sum(tl.where((o_c == j)[None, :], b_dA, 0.0), axis=1)
-        b_l = tl.sum(tl.where((o_c == j)[None, :], b_dL, 0.0), axis=1)
-        b_Rq += b_a[:, None] * b_knj[None, :] * b_E
-        b_RL += b_l[:, None] * b_knj[None, :] * b_E
-        b_col = (b_a[:, None] * b_qn + b_l[:, None] * b_kbn) * b_E
-        b_C = tl.where(sel, tl.sum(b_col, axis=0)[None, :], b_C)
-        if SPAN_INBLOCK:
-            b_D += tl.where(o_c[:, None] > j, tl.cumsum(b_col * b_knj[None, :], axis=0, reverse=True), 0.0)
-    return b_Rq, b_RL, b_C, b_D
+        b_E = tl.where((o_r >= j)[:, None], tl.exp2(tl.minimum(b_G_r - b_Gj[None, :], 0.0)), 0.0)
+        b_Rq += tl.sum(tl.where((o_t == j)[None, :], b_dA, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
+        b_RL += tl.sum(tl.where((o_t == j)[None, :], b_dL, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
+    b_C = tl.zeros(b_G_r.shape, dtype=tl.float32)
+    for jj in range(BC):
+        sel = (o_c == jj)[:, None]
+        b_Gj = tl.sum(tl.where(sel, b_G_r, 0.0), axis=0)
+        b_E = tl.where((o_t >= r * BC + jj)[:, None], tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
+        b_a = tl.sum(tl.where(sel, b_dAt, 0.0), axis=0)
+        b_l = tl.sum(tl.where(sel, b_dLt, 0.0), axis=0)
+        b_C += tl.where(sel, tl.sum((b_a[:, None] * b_qn + b_l[:, None] * b_kbn) * b_E, axis=0)[None, :], 0.0)
+    return b_Rq, b_RL, b_C
 
 
 class IntraBwdOut(NamedTuple):
@@ -606,35 +501,30 @@ class IntraBwdOut(NamedTuple):
 
 def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
               scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
-              prec: str, prec_state: str, span: int) -> IntraBwdOut:
+              prec: str, prec_state: str) -> IntraBwdOut:
     """Launch `_kda_intra_bwd_kernel` on the (NT * NC, HV, NK) grid, then `_kda_gate_bwd_kernel` on (NT, HV, NK);
     shapes as in their docstrings (contiguous, flattened to TT tokens); A_log [HV] and dt_bias [HV * K] or None;
-    gate: the GATE constexpr; wy: `wy_bwd`'s outputs; span: the SPAN constexpr."""
+    gate: the GATE constexpr; wy: `wy_bwd`'s outputs."""
     TT, H, K = q.shape
     HV, V = g.shape[1], v_new.shape[2]
     arch = arch_of(q.device)
     f32 = dict(device=q.device, dtype=torch.float32)
-    dq, dk, dD = (torch.empty(TT, HV, K, **f32) for _ in range(3))
+    dq, dk, dE, dF = (torch.empty(TT, HV, K, **f32) for _ in range(4))
     bf16_state = all(x.dtype == torch.bfloat16 for x in (h, dh, do, v_new))
 
     def launch(cfg):
-        """Run the kernel with `cfg`; returns its per-K-slice beta partials and block sums dW (their shapes follow
-        BK and BC)."""
+        """Run the kernel with `cfg`; returns its per-K-slice beta partials (their shape follows BK)."""
         NC, NK = BT // cfg.BC, triton.cdiv(K, cfg.BK)
         dbeta = torch.empty(NK, TT, HV, **f32)
-        dW = torch.empty(plan.NT, NC + 1, NC + 1, HV, K, **f32)
         _kda_intra_bwd_kernel[(plan.NT * NC, HV, NK)](
-            q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dD, dW, dbeta,
+            q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dE, dF, dbeta,
             plan.cu_seqlens, plan.chunk_indices, scale, TT,
             H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, PREC=prec,
-            PREC_S=prec_state, BF16_STATE=bf16_state, SPAN=span, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
+            PREC_S=prec_state, BF16_STATE=bf16_state, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
-        return dbeta, dW
+        return dbeta
 
     key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate)
-    cfg = tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch)
-    dbeta, dW = launch(cfg)
-    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT, cfg.BC, gate=gate,
-                                              lower_bound=lower_bound)
+    dbeta = launch(tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch))
+    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dE, dF, plan, BT, gate=gate, lower_bound=lower_bound)
     return IntraBwdOut(dq, dk, dg, dbeta, dA_log_part, ddt_bias_part)
