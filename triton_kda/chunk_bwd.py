@@ -56,7 +56,7 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     del dv_new  # [TT, HV, V] fp32: freed before the chunk-local stage's buffers are allocated
     it = intra_bwd(q, k, g, A_log, dt_bias, Gc, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, h, dh, v_new, wy,
                    do, scale, plan, BT, gate=gate, lower_bound=lower_bound, state_v_first=state_v_first, prec=bp.intra,
-                   prec_state=bp.intra_state)
+                   prec_state=bp.intra_state, span=bp.gate_span)
     dbeta = wy.dbeta + it.dbeta.sum(0)
     if use_beta_sigmoid_in_kernel:
         # beta_act = s * sigmoid(x): d/dx = beta_act (1 - beta_act / s)

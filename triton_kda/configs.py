@@ -306,6 +306,7 @@ class BwdPrecision(NamedTuple):
     products: str      # the state, WY and CP-map backward
     intra: str         # the chunk-local backward's intra-chunk sums (Rq, RL, C)
     intra_state: str   # the chunk-local backward's state-side products (do S^T, v_new dS^T, dvb S^T)
+    gate_span: bool    # the gate gradient's spanning form (`_kda_intra_bwd_span_kernel`), else the E-form
 
 
 def bwd_precision_of(dtype: torch.dtype) -> BwdPrecision:
@@ -313,9 +314,11 @@ def bwd_precision_of(dtype: torch.dtype) -> BwdPrecision:
     backward's intra-chunk sums, whose fp32 operands (anchored factors, dAqk, dL) rounded to TF32 cost the gate
     gradients an order of magnitude (H100, fla's masked fp16 varlen case, 2 seeds: ddt_bias 1.0e-2 / 2.0e-2 with TF32
     there, 7.1e-4 / 6.3e-4 with tf32x3 there; tf32x3 in the state-side, state or WY products instead does not
-    help)."""
+    help). The gate gradient's spanning form for fp32 and fp16 (fp32 kda-check row B1 T40 l2norm + gate in kernel:
+    dA_log 2.9e-5 -> 2.5e-6 through the interpreter; H100 B2 T8192 H32 fwd+bwd fp16 x0.98, fp32 x1.01); bf16 keeps
+    the E-form, whose kernel is faster and whose gate error the form does not move (docs/benchmarks/NOTES.md)."""
     if dtype == torch.float32:
-        return BwdPrecision("tf32x3", "tf32x3", "tf32x3")
+        return BwdPrecision("tf32x3", "tf32x3", "tf32x3", True)
     if dtype == torch.float16:
-        return BwdPrecision("tf32rn", "tf32x3", "tf32rn")
-    return BwdPrecision("tf32", "tf32", "tf32")
+        return BwdPrecision("tf32rn", "tf32x3", "tf32rn", True)
+    return BwdPrecision("tf32", "tf32", "tf32", False)

@@ -136,18 +136,22 @@ def _kda_gate_cumsum_fwd_kernel(
 
 @triton.jit
 def _kda_gate_bwd_kernel(
-    g, A_log, dt_bias, dE, dF, dg, dA_log_part, ddt_bias_part,
+    g, A_log, dt_bias, dD, dW, dg, dA_log_part, ddt_bias_part,
     cu_seqlens, chunk_indices, lower_bound, NT,
-    HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+    HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
     GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
 ):
     """From the gradient of the gate cumsum to the raw gate: one program per (chunk, v-head, K slice).
 
-    g [TT, HV, K] (raw); dE, dF [TT, HV, K] fp32 from `_kda_intra_bwd_kernel`. For row m of a chunk:
-        dgate_m = sum_{i >= m} dE_i + sum_{j < m} dF_j,  dg = dgate * d gate / d g
-    (both sums run over the terms whose decay spans m: no cancellation under strong decay)
-    Writes dg [TT, HV, K] in g's dtype and, with the in-kernel gate, the per-chunk partials dA_log_part
-    [NK, NT, HV] and ddt_bias_part [NT, HV, K] fp32."""
+    g [TT, HV, K] (raw). dgate_m, the gradient of G at row m of a chunk, sums only terms whose decay spans m (no
+    cancellation under strong decay), in one of the chunk-local backward's two forms:
+    - BC = 0 (`_kda_intra_bwd_kernel`): dD = E and dW = F, both [TT, HV, K] fp32;
+          dgate_m = sum_{i >= m} E_i + sum_{j < m} F_j
+    - BC > 0 (`_kda_intra_bwd_span_kernel`, blocks of BC rows, NC = BT / BC): dD [TT, HV, K] fp32 the part from the
+      row's own block and dW [NT, NC + 1, NC + 1, HV, K] fp32 block sums; for row m in block p
+          dgate_m = dD_m + sum_{r > p >= s} dW[r, s]   (r in 0..NC, s in 0..NC, skipping dW[NC, 0])
+    then dg = dgate * d gate / d g. Writes dg [TT, HV, K] in g's dtype and, with the in-kernel gate, the per-chunk
+    partials dA_log_part [NK, NT, HV] and ddt_bias_part [NT, HV, K] fp32."""
     i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
     t0 = i_c * BT
@@ -155,12 +159,23 @@ def _kda_gate_bwd_kernel(
     o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
     m_tk = (o_t < tl.minimum(T - t0, BT))[:, None] & m_k[None, :]
-    p_dE = tl.make_block_ptr(dE + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    # dF one row down (row m holds dF_{m-1}): its inclusive cumsum is the exclusive one of dF
-    m_prev = (o_t >= 1)[:, None] & m_tk
-    b_dFp = tl.load(dF + ((bos + t0 + o_t - 1).to(tl.int64) * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_prev,
-                    other=0.0)
-    b_dg = tl.cumsum(tl.load(p_dE, boundary_check=(0, 1)), axis=0, reverse=True) + tl.cumsum(b_dFp, axis=0)
+    p_dD = tl.make_block_ptr(dD + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+    if BC > 0:
+        NC: tl.constexpr = BT // BC
+        b_dg = tl.load(p_dD, boundary_check=(0, 1))
+        p_W = dW + (i_t * (NC + 1) * (NC + 1) * HV + i_hv).to(tl.int64) * K + o_k
+        for p in tl.static_range(NC):
+            b_o = tl.zeros((BK,), dtype=tl.float32)
+            for r in tl.static_range(p + 1, NC + 1):
+                for s in tl.static_range(0 if r < NC else 1, p + 1):
+                    b_o += tl.load(p_W + (r * (NC + 1) + s) * HV * K, mask=m_k, other=0.0)
+            b_dg += tl.where((o_t // BC == p)[:, None], b_o[None, :], 0.0)
+    else:
+        # F one row down (row m holds F_{m-1}): its inclusive cumsum is the exclusive one of F
+        m_prev = (o_t >= 1)[:, None] & m_tk
+        b_Fp = tl.load(dW + ((bos + t0 + o_t - 1).to(tl.int64) * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_prev,
+                       other=0.0)
+        b_dg = tl.cumsum(tl.load(p_dD, boundary_check=(0, 1)), axis=0, reverse=True) + tl.cumsum(b_Fp, axis=0)
     b_dg = tl.where(m_tk, b_dg, 0.0)
     if GATE > 0:
         b_x, a = _gate_input_of(_gate_tile(g, bos, T, t0, i_hv, i_k, HV, K, BT, BK), A_log, dt_bias, i_hv, i_k, K,
@@ -191,8 +206,9 @@ def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: flo
     return Gc
 
 
-def gate_bwd(g, A_log, dt_bias, dE, dF, plan, BT: int, *, gate: int, lower_bound: float | None):
-    """Launch `_kda_gate_bwd_kernel` on the (NT, HV, NK) grid: (dg, dA_log_part or None, ddt_bias_part or None)."""
+def gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT: int, BC: int | None, *, gate: int, lower_bound: float | None):
+    """Launch `_kda_gate_bwd_kernel` on the (NT, HV, NK) grid: (dg, dA_log_part or None, ddt_bias_part or None);
+    BC: the row blocks of the spanning form's dD / dW, None for the E-form (dD = E, dW = F)."""
     TT, HV, K = g.shape
     cfg = gate_bwd_config(arch_of(g.device), K)
     NK = triton.cdiv(K, cfg.BK)
@@ -202,10 +218,10 @@ def gate_bwd(g, A_log, dt_bias, dE, dF, plan, BT: int, *, gate: int, lower_bound
     dA_log_part = torch.empty(NK, plan.NT, HV, **f32) if has_a_log else None
     ddt_bias_part = torch.empty(plan.NT, HV, K, **f32) if has_dt_bias else None
     _kda_gate_bwd_kernel[(plan.NT, HV, NK)](
-        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, dE, dF, dg,
-        dA_log_part if has_a_log else dE, ddt_bias_part if has_dt_bias else dE,
+        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, dD, dW, dg,
+        dA_log_part if has_a_log else dD, ddt_bias_part if has_dt_bias else dD,
         plan.cu_seqlens, plan.chunk_indices, lower_bound if lower_bound is not None else 0.0, plan.NT,
-        HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
+        HV=HV, K=K, BT=BT, BK=cfg.BK, BC=BC or 0, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
         num_warps=cfg.num_warps,
     )
     return dg, dA_log_part, ddt_bias_part

@@ -320,6 +320,40 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, BT: int, *,
 
 
 @triton.jit
+def _state_side(h, dh, v_new, dvb, do, p_state, bos, T, s0, i_hv, o_k, m_k, HV: tl.constexpr, K: tl.constexpr,
+                V: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
+                PREC_S: tl.constexpr, BF16_STATE: tl.constexpr):
+    """The chunk-local backward's state-side products for BC rows from token s0 and the K slice o_k:
+    dqg = do S^T, dkg = v_new dS^T, X = -dvb S^T [BC, BK] and rowsum(S dS) [BK] (S = h, dS = dh of the chunk at
+    p_state); the arguments as in `_kda_intra_bwd_kernel`."""
+    b_dqg = tl.zeros((BC, BK), dtype=tl.float32)
+    b_dkg = tl.zeros((BC, BK), dtype=tl.float32)
+    b_X = tl.zeros((BC, BK), dtype=tl.float32)
+    b_SdS = tl.zeros((BK,), dtype=tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_kv = m_k[:, None] & (o_v < V)[None, :]
+        b_Sr = tl.load(h + p_state + _state_offsets(o_k, o_v, K, V, V_FIRST), mask=m_kv, other=0.0)
+        b_dSr = tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+        p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
+        p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
+        p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
+        b_S = b_Sr.to(tl.float32)
+        b_dS = b_dSr.to(tl.float32)
+        b_do = tl.load(p_do, boundary_check=(0, 1))
+        b_vn = tl.load(p_vn, boundary_check=(0, 1))
+        if BF16_STATE:
+            b_dqg = tl.dot(b_do, tl.trans(b_Sr), b_dqg)
+            b_dkg = tl.dot(b_vn, tl.trans(b_dSr), b_dkg)
+        else:
+            b_dqg = _dot(b_do.to(tl.float32), tl.trans(b_S), b_dqg, PREC_S)
+            b_dkg = _dot(b_vn.to(tl.float32), tl.trans(b_dS), b_dkg, PREC_S)
+        b_X -= _dot(tl.load(p_dvb, boundary_check=(0, 1)), tl.trans(b_S), None, PREC_S)
+        b_SdS += tl.sum(b_S * b_dS, axis=1)
+    return b_dqg, b_dkg, b_X, b_SdS
+
+
+@triton.jit
 def _kda_intra_bwd_kernel(
     q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
     dq, dk, dE, dF, dbeta_k,
@@ -411,30 +445,8 @@ def _kda_intra_bwd_kernel(
         b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
 
     # the state side for the block's rows: do S^T, v_new dS^T, X = Akk^T dw = -dvb S^T (and rowsum(S dS), once)
-    b_dqg = tl.zeros((BC, BK), dtype=tl.float32)
-    b_dkg = tl.zeros((BC, BK), dtype=tl.float32)
-    b_X = tl.zeros((BC, BK), dtype=tl.float32)
-    b_SdS = tl.zeros((BK,), dtype=tl.float32)
-    for i_v in range(tl.cdiv(V, BV)):
-        o_v = i_v * BV + tl.arange(0, BV)
-        m_kv = m_k[:, None] & (o_v < V)[None, :]
-        b_Sr = tl.load(h + p_state + _state_offsets(o_k, o_v, K, V, V_FIRST), mask=m_kv, other=0.0)
-        b_dSr = tl.load(dh + p_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
-        p_do = tl.make_block_ptr(do + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
-        p_vn = tl.make_block_ptr(v_new + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
-        p_dvb = tl.make_block_ptr(dvb + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (s0, i_v * BV), (BC, BV), (1, 0))
-        b_S = b_Sr.to(tl.float32)
-        b_dS = b_dSr.to(tl.float32)
-        b_do = tl.load(p_do, boundary_check=(0, 1))
-        b_vn = tl.load(p_vn, boundary_check=(0, 1))
-        if BF16_STATE:
-            b_dqg = tl.dot(b_do, tl.trans(b_Sr), b_dqg)
-            b_dkg = tl.dot(b_vn, tl.trans(b_dSr), b_dkg)
-        else:
-            b_dqg = _dot(b_do.to(tl.float32), tl.trans(b_S), b_dqg, PREC_S)
-            b_dkg = _dot(b_vn.to(tl.float32), tl.trans(b_dS), b_dkg, PREC_S)
-        b_X -= _dot(tl.load(p_dvb, boundary_check=(0, 1)), tl.trans(b_S), None, PREC_S)
-        b_SdS += tl.sum(b_S * b_dS, axis=1)
+    b_dqg, b_dkg, b_X, b_SdS = _state_side(h, dh, v_new, dvb, do, p_state, bos, T, s0, i_hv, o_k, m_k, HV, K, V, BC,
+                                           BK, BV, V_FIRST, PREC_S, BF16_STATE)
     b_eG = tl.where(m_rk, tl.exp2(b_G_r), 0.0)
     b_eGl = tl.where(m_rk, tl.exp2(b_Gl[None, :] - b_G_r), 0.0)
     b_dkgl = b_dkg * b_eGl
@@ -490,6 +502,191 @@ def _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kbn, b_G, b_G_r, r
     return b_Rq, b_RL, b_C
 
 
+@triton.jit
+def _kda_intra_bwd_span_kernel(
+    q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
+    dq, dk, dD, dW, dbeta_k,
+    cu_seqlens, chunk_indices, scale, TT,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
+    PREC: tl.constexpr, PREC_S: tl.constexpr, BF16_STATE: tl.constexpr,
+):
+    """`_kda_intra_bwd_kernel` with the gate gradient in its spanning form (fp16 and fp32 inputs): the same grid,
+    inputs and dq, dk, dbeta_k; the sums split by BC-row block.
+
+    Columns j in an earlier block and rows i in a later block are anchored at the boundary between the blocks (both
+    factors <= 1 for any gate range); pairs inside the block at its first row a, or summed exactly column by column
+    where G_a - G_i exceeds RANGE_MAX. dgate_m (the gradient of G at row m) sums each term for the rows its decay
+    spans: the pair terms t_ij = (dAqk_ij qn_i + dL_ij kbn_i) kn_j 2^(G_i - G_j) for j < m <= i, the state-side
+    terms of rows i >= m and the kg terms of rows j < m; strong decays then leave nothing to cancel across blocks.
+    This program writes dD [TT, HV, K] fp32, the part from its own block's rows, and block sums dW
+    [NT, NC + 1, NC + 1, HV, K] fp32: dW[c, r, 0] the state-side terms of block r (they span every earlier block),
+    dW[c, r, s + 1] the pair terms with the column in block s < r (they span the blocks between) and
+    dW[c, NC, r + 1] the kg terms of block r (they span every later block); `_kda_gate_bwd_kernel` adds them up.
+    Inside a block the pair terms enter as row minus column sums (cancelling at most the block's own pairs).
+    """
+    i_tc, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    NC: tl.constexpr = BT // BC
+    i_t, r = i_tc // NC, i_tc % NC
+    i_h = i_hv // (HV // H)
+    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
+    t0 = i_c * BT
+    s0 = t0 + r * BC
+    n_valid = tl.minimum(T - t0, BT)
+    o_t = tl.arange(0, BT)
+    m_t = o_t < n_valid
+    o_c = tl.arange(0, BC)
+    m_r = r * BC + o_c < n_valid
+    o_k = i_k * BK + tl.arange(0, BK)
+    m_k = o_k < K
+    m_rk = m_r[:, None] & m_k[None, :]
+    p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
+    p_rows = (bos + s0 + o_c).to(tl.int64) * HV + i_hv
+    p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
+    p_W = dW + (i_t * (NC + 1) * (NC + 1) * HV + i_hv).to(tl.int64) * K + o_k  # dW[i_t, :, :, i_hv, o_k]
+
+    # this block's rows: G (anchor Ga = its first row), qn, kn, beta; u = qn 2^(G - Ga), w = kbn 2^(G - Ga); and the
+    # block's own [BC, BC] tiles of dAqk and dL, as rows and as columns
+    p_Gr = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    b_G_r = tl.load(p_Gr, boundary_check=(0, 1))
+    b_Ga = tl.sum(tl.where((o_c == 0)[:, None], b_G_r, 0.0), axis=0)
+    b_Gl = tl.load(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, mask=m_k, other=0.0)
+    p_qr = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    p_kr = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    b_qn_r = tl.load(p_qr, boundary_check=(0, 1)).to(tl.float32)
+    b_qn_r *= (tl.load(rstd_q + p_rows, mask=m_r, other=0.0) * scale)[:, None]
+    b_kn_r = tl.load(p_kr, boundary_check=(0, 1)).to(tl.float32)
+    b_kn_r *= tl.load(rstd_k + p_rows, mask=m_r, other=0.0)[:, None]
+    b_b_r = tl.load(beta_act + p_rows, mask=m_r, other=0.0)
+    b_kbn_r = b_kn_r * b_b_r[:, None]
+    b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
+    b_u = b_qn_r * b_eA
+    b_w = b_kbn_r * b_eA
+    p_dA = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, r * BC), (BC, BC), (1, 0))
+    p_dL = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, r * BC), (BC, BC), (1, 0))
+    p_dAt = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, s0), (BC, BC), (0, 1))
+    p_dLt = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, s0), (BC, BC), (0, 1))
+    b_dA = tl.load(p_dA, boundary_check=(0, 1))
+    b_dL = tl.load(p_dL, boundary_check=(0, 1))
+    b_dAt = tl.load(p_dAt, boundary_check=(0, 1))
+    b_dLt = tl.load(p_dLt, boundary_check=(0, 1))
+
+    # the state side first, so that everything below folds into a few accumulators: dqn, dkn, dbk (the beta
+    # gradient's tile), up (gate terms reaching the rows m <= i) and dn (reaching the rows m > j)
+    b_dqg, b_dkg, b_X, b_SdS = _state_side(h, dh, v_new, dvb, do, p_state, bos, T, s0, i_hv, o_k, m_k, HV, K, V, BC,
+                                           BK, BV, V_FIRST, PREC_S, BF16_STATE)
+    b_eG = tl.where(m_rk, tl.exp2(b_G_r), 0.0)
+    b_dqn = b_dqg * b_eG
+    b_dbk = b_X * b_eG
+    b_dkgl = b_dkg * tl.where(m_rk, tl.exp2(b_Gl[None, :] - b_G_r), 0.0)
+    b_dkn = b_dbk * b_b_r[:, None] + b_dkgl
+    # terms of G_i (qg, w; the state's decay 2^G_last on the chunk's last row) reach the rows m <= i, terms of -G_j
+    # (kg) the rows m > j
+    b_up = b_kbn_r * b_dbk + b_qn_r * b_dqn
+    b_up += tl.where((r * BC + o_c == n_valid - 1)[:, None], (b_SdS * tl.exp2(b_Gl))[None, :], 0.0)
+    b_dn = b_kn_r * b_dkgl
+    tl.store(p_W + r * (NC + 1) * HV * K, tl.sum(b_up, axis=0), mask=m_k)
+    tl.store(p_W + (NC * (NC + 1) + r + 1) * HV * K, tl.sum(b_dn, axis=0), mask=m_k)
+
+    # columns in an earlier block s (anchor Ga), block sums to dW[r, s + 1]
+    for s in range(r):
+        p_dAs = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, s * BC), (BC, BC), (1, 0))
+        p_dLs = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, s * BC), (BC, BC), (1, 0))
+        p_ks = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0 + s * BC, i_k * BK), (BC, BK), (1, 0))
+        p_Gs = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0 + s * BC, i_k * BK), (BC, BK),
+                                 (1, 0))
+        b_rk = tl.load(rstd_k + (bos + t0 + s * BC + o_c).to(tl.int64) * HV + i_hv, mask=s * BC + o_c < n_valid,
+                       other=0.0)
+        b_kc = tl.load(p_ks, boundary_check=(0, 1)).to(tl.float32) * b_rk[:, None]
+        b_kc *= tl.exp2(tl.minimum(b_Ga[None, :] - tl.load(p_Gs, boundary_check=(0, 1)), RANGE_MAX))
+        b_Rs = _dot(tl.load(p_dAs, boundary_check=(0, 1)), b_kc, None, PREC)
+        b_Ls = _dot(tl.load(p_dLs, boundary_check=(0, 1)), b_kc, None, PREC)
+        b_Ws = b_u * b_Rs + b_w * b_Ls
+        tl.store(p_W + (r * (NC + 1) + s + 1) * HV * K, tl.sum(b_Ws, axis=0), mask=m_k)
+        b_up += b_Ws
+        b_dqn += b_Rs * b_eA
+        b_dbk += b_Ls * b_eA
+        b_dkn += b_Ls * b_eA * b_b_r[:, None]
+
+    # rows in a later block (anchor Gn = the next block's first row)
+    if (r + 1) * BC < n_valid:
+        p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        b_G = tl.load(p_G, boundary_check=(0, 1))
+        b_Gn = tl.sum(tl.where((o_t == (r + 1) * BC)[:, None], b_G, 0.0), axis=0)
+        b_f = tl.where((o_t >= (r + 1) * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Gn[None, :], RANGE_MAX)), 0.0)
+        p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        b_qf = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32) * b_f
+        b_qf *= (tl.load(rstd_q + p_row_hv, mask=m_t, other=0.0) * scale)[:, None]
+        b_kf = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_f
+        b_kf *= (tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)
+                 * tl.load(beta_act + p_row_hv, mask=m_t, other=0.0))[:, None]
+        p_dAc = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, t0), (BC, BT), (0, 1))
+        p_dLc = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, t0), (BC, BT), (0, 1))
+        b_C = _dot(tl.load(p_dAc, boundary_check=(0, 1)), b_qf, None, PREC)
+        b_C = _dot(tl.load(p_dLc, boundary_check=(0, 1)), b_kf, b_C, PREC)
+        b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Gn[None, :] - b_G_r, RANGE_MAX)), 0.0)
+        b_dkn += b_C
+        b_dn += b_kn_r * b_C
+
+    # pairs inside the block (anchor Ga, or exact column by column where G_a - G_i exceeds RANGE_MAX)
+    if tl.max(tl.max(tl.where(m_rk, b_Ga[None, :] - b_G_r, 0.0), axis=1), axis=0) > RANGE_MAX:
+        b_Rq, b_RL, b_C = _inblock_exact(b_dA, b_dL, b_qn_r, b_kn_r, b_kbn_r, b_G_r, BC)
+    else:
+        b_eB = tl.where(m_rk, tl.exp2(b_Ga[None, :] - b_G_r), 0.0)  # <= 2^RANGE_MAX
+        b_ka = b_kn_r * b_eB
+        b_Rq = _dot(b_dA, b_ka, None, PREC) * b_eA
+        b_RL = _dot(b_dL, b_ka, None, PREC) * b_eA
+        b_C = _dot(b_dAt, b_u, None, PREC)
+        b_C = _dot(b_dLt, b_w, b_C, PREC) * b_eB
+    b_dqn += b_Rq
+    b_dbk += b_RL
+    b_dkn += b_RL * b_b_r[:, None] + b_C
+    b_up += b_qn_r * b_Rq + b_kbn_r * b_RL - b_kn_r * b_C
+
+    tl.store(dbeta_k + (i_k * TT + bos + s0 + o_c).to(tl.int64) * HV + i_hv, tl.sum(b_kn_r * b_dbk, axis=1), mask=m_r)
+    p_dq = tl.make_block_ptr(dq + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    p_dk = tl.make_block_ptr(dk + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    p_dD = tl.make_block_ptr(dD + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    tl.store(p_dq, b_dqn * scale, boundary_check=(0, 1))
+    tl.store(p_dk, b_dkn, boundary_check=(0, 1))
+    tl.store(p_dD, tl.cumsum(b_up, axis=0, reverse=True) + _cumsum_exclusive(b_dn), boundary_check=(0, 1))
+
+
+@triton.jit
+def _scan_exclusive(e1, t1, e2, t2):
+    # (sum before the segment's last element, segment total)
+    return t1 + e2, t1 + t2
+
+
+@triton.jit
+def _cumsum_exclusive(x):
+    """sum_{j < m} x_j along axis 0, without subtracting x_m from an inclusive sum."""
+    e, _ = tl.associative_scan((tl.zeros_like(x), x), 0, _scan_exclusive)
+    return e
+
+
+@triton.jit
+def _inblock_exact(b_dA, b_dL, b_qn, b_kn, b_kbn, b_G, BC: tl.constexpr):
+    """The in-block sums of `_kda_intra_bwd_span_kernel`, exact for any gate range (column by column): Rq, RL, C
+    [BC, BK]; b_dA, b_dL [BC, BC]; b_qn, b_kn, b_kbn, b_G [BC, BK] the block's rows."""
+    o_c = tl.arange(0, BC)
+    b_Rq = tl.zeros(b_G.shape, dtype=tl.float32)
+    b_RL = tl.zeros(b_G.shape, dtype=tl.float32)
+    b_C = tl.zeros(b_G.shape, dtype=tl.float32)
+    for j in range(BC):
+        sel = (o_c == j)[:, None]
+        b_Gj = tl.sum(tl.where(sel, b_G, 0.0), axis=0)
+        b_knj = tl.sum(tl.where(sel, b_kn, 0.0), axis=0)
+        b_E = tl.where(o_c[:, None] >= j, tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
+        b_a = tl.sum(tl.where((o_c == j)[None, :], b_dA, 0.0), axis=1)
+        b_l = tl.sum(tl.where((o_c == j)[None, :], b_dL, 0.0), axis=1)
+        b_Rq += b_a[:, None] * b_knj[None, :] * b_E
+        b_RL += b_l[:, None] * b_knj[None, :] * b_E
+        b_C = tl.where(sel, tl.sum((b_a[:, None] * b_qn + b_l[:, None] * b_kbn) * b_E, axis=0)[None, :], b_C)
+    return b_Rq, b_RL, b_C
+
+
 class IntraBwdOut(NamedTuple):
     dq: torch.Tensor                    # [TT, HV, K] fp32, per v-head partials w.r.t. the normalised q
     dk: torch.Tensor                    # [TT, HV, K] fp32, per v-head partials w.r.t. the normalised k
@@ -501,30 +698,35 @@ class IntraBwdOut(NamedTuple):
 
 def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
               scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
-              prec: str, prec_state: str) -> IntraBwdOut:
-    """Launch `_kda_intra_bwd_kernel` on the (NT * NC, HV, NK) grid, then `_kda_gate_bwd_kernel` on (NT, HV, NK);
-    shapes as in their docstrings (contiguous, flattened to TT tokens); A_log [HV] and dt_bias [HV * K] or None;
-    gate: the GATE constexpr; wy: `wy_bwd`'s outputs."""
+              prec: str, prec_state: str, span: bool) -> IntraBwdOut:
+    """Launch `_kda_intra_bwd_span_kernel` (span) or `_kda_intra_bwd_kernel` on the (NT * NC, HV, NK) grid, then
+    `_kda_gate_bwd_kernel` on (NT, HV, NK); shapes as in their docstrings (contiguous, flattened to TT tokens); A_log
+    [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; wy: `wy_bwd`'s outputs."""
     TT, H, K = q.shape
     HV, V = g.shape[1], v_new.shape[2]
     arch = arch_of(q.device)
     f32 = dict(device=q.device, dtype=torch.float32)
-    dq, dk, dE, dF = (torch.empty(TT, HV, K, **f32) for _ in range(4))
+    dq, dk, dD = (torch.empty(TT, HV, K, **f32) for _ in range(3))
     bf16_state = all(x.dtype == torch.bfloat16 for x in (h, dh, do, v_new))
+    kernel = _kda_intra_bwd_span_kernel if span else _kda_intra_bwd_kernel
 
     def launch(cfg):
-        """Run the kernel with `cfg`; returns its per-K-slice beta partials (their shape follows BK)."""
+        """Run the kernel with `cfg`; returns its per-K-slice beta partials and the gate gradient's second input (dW
+        with span, else dF; their shapes follow BK and BC)."""
         NC, NK = BT // cfg.BC, triton.cdiv(K, cfg.BK)
         dbeta = torch.empty(NK, TT, HV, **f32)
-        _kda_intra_bwd_kernel[(plan.NT * NC, HV, NK)](
-            q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dE, dF, dbeta,
+        dW = torch.empty(plan.NT, NC + 1, NC + 1, HV, K, **f32) if span else torch.empty(TT, HV, K, **f32)
+        kernel[(plan.NT * NC, HV, NK)](
+            q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dD, dW, dbeta,
             plan.cu_seqlens, plan.chunk_indices, scale, TT,
             H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, PREC=prec,
             PREC_S=prec_state, BF16_STATE=bf16_state, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
-        return dbeta
+        return dbeta, dW
 
-    key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate)
-    dbeta = launch(tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch))
-    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dE, dF, plan, BT, gate=gate, lower_bound=lower_bound)
+    key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate, span)
+    cfg = tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch)
+    dbeta, dW = launch(cfg)
+    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT, cfg.BC if span else None,
+                                              gate=gate, lower_bound=lower_bound)
     return IntraBwdOut(dq, dk, dg, dbeta, dA_log_part, ddt_bias_part)

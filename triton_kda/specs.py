@@ -23,7 +23,7 @@ from triton_kda.configs import (
 )
 from triton_kda.fmha.specs import fmha_compile_specs
 from triton_kda.gate import _kda_gate_bwd_kernel, _kda_gate_cumsum_fwd_kernel
-from triton_kda.intra import _kda_intra_bwd_kernel, _kda_intra_fwd_kernel
+from triton_kda.intra import _kda_intra_bwd_kernel, _kda_intra_bwd_span_kernel, _kda_intra_fwd_kernel
 from triton_kda.pool import _kda_pool_gather_fwd_kernel, _kda_pool_scatter_fwd_kernel
 from triton_kda.qk import _kda_qk_bwd_kernel
 from triton_kda.recurrent import (
@@ -104,20 +104,23 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                                          wc.num_warps, wc.num_stages))
                 bc = intra_bwd_config(arch, K, V)
                 sig = {n: f"*{ty}" for n in ("q", "k", "v_new", "do")}
+                gate_terms = ("dD", "dW") if bp.gate_span else ("dE", "dF")
                 sig.update({n: "*fp32" for n in ("Gc", "gl", "rstd_q", "rstd_k", "beta_act", "dvb", "dAqk", "dL",
-                                                 "dq", "dk", "dE", "dF", "dbeta_k")})
+                                                 "dq", "dk", *gate_terms, "dbeta_k")})
                 sig["h"] = sig["dh"] = "*bf16" if is_bf16 else "*fp32"  # grad_state_dtype
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "TT": "i32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=bc.BC, BK=bc.BK, BV=bc.BV, V_FIRST=False, PREC=bp.intra,
                           PREC_S=bp.intra_state, BF16_STATE=is_bf16)
-                specs.append(CompileSpec(f"intra_bwd K{K} V{V} BT{BT} {dname}", _kda_intra_bwd_kernel, sig, ce,
-                                         bc.num_warps, bc.num_stages))
+                kernel = _kda_intra_bwd_span_kernel if bp.gate_span else _kda_intra_bwd_kernel
+                specs.append(CompileSpec(f"intra_bwd K{K} V{V} BT{BT} {dname}", kernel, sig, ce, bc.num_warps,
+                                         bc.num_stages))
                 gc = gate_bwd_config(arch, K)
                 sig = {"g": f"*{ty}", "dg": f"*{ty}"}
-                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "dE", "dF", "dA_log_part",
+                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "dD", "dW", "dA_log_part",
                                                  "ddt_bias_part")})
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "lower_bound": "fp32", "NT": "i32"})
-                ce = dict(HV=8, K=K, BT=BT, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True)
+                ce = dict(HV=8, K=K, BT=BT, BK=gc.BK, BC=bc.BC if bp.gate_span else 0, GATE=2, HAS_A_LOG=True,
+                          HAS_DT_BIAS=True)
                 specs.append(CompileSpec(f"gate_bwd K{K} BT{BT} {dname}", _kda_gate_bwd_kernel, sig, ce,
                                          gc.num_warps, 1))
                 sig = {"g": f"*{ty}", "A_log": "*fp32", "dt_bias": "*fp32", "Gc": "*fp32", "cu_seqlens": "*i64",
