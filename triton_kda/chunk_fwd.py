@@ -8,9 +8,8 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-import triton
 
-from triton_kda.configs import capturing
+from triton_kda.configs import capturing, cdiv
 from triton_kda.intra import intra_fwd
 from triton_kda.state import StateOut
 from triton_kda.wy import IntraOut
@@ -66,7 +65,7 @@ def plan_chunks(B: int, T: int, BT: int, device: torch.device, seqlens_cpu: torc
         if cu_seqlens is not None and capturing(device):
             return _device_varlen_plan(cu_seqlens, lens, BT)
         return _varlen_plan(lens, BT, device)
-    nt = triton.cdiv(T, BT)
+    nt = cdiv(T, BT)
     ar = torch.arange(B * nt, device=device, dtype=torch.int32)
     return ChunkPlan(
         cu_seqlens=torch.arange(0, B * T + 1, T, device=device, dtype=torch.int64),

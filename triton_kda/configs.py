@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple, TypeVar
 
 import torch
-import triton
 
 logger = logging.getLogger("triton_kda.autotune")
 C = TypeVar("C")
@@ -125,10 +124,21 @@ def capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) of host ints (`triton.cdiv` is a constexpr function: a few microseconds per host call on triton 3.6,
+    about 250 us of a training step's host time, `docs/benchmarks/scripts/train_host_overhead.py`)."""
+    return -(-a // b)
+
+
+def pow2_ceil(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1), of a host int; `triton.next_power_of_2` without its cost."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
 def _kpad(K: int, arch: int) -> int:
     """Tile width covering a head dim of K: a power of two, at least 16 in the interpreter and 32 on GPUs (16-wide
     K or V tiles gave illegal addresses and wrong outputs in bf16/fp16 products on sm_90, triton 3.6, NOTES.md)."""
-    return max(16 if arch == 0 else 32, triton.next_power_of_2(K))
+    return max(16 if arch == 0 else 32, pow2_ceil(K))
 
 
 def intra_config(arch: int, K: int, V: int) -> IntraConfig:
@@ -251,16 +261,16 @@ def recurrent_fwd_config(arch: int, K: int, V: int, heads: int, sms: int) -> Rec
     BV 32 (1.07x the state traffic floor), and 98.4 / 110.6 us against 105.0 / 113.2 at B64; B1 takes BV 16
     (3.7 us)."""
     if arch == 0:
-        return RecurrentConfig(BV=min(16, triton.next_power_of_2(V)), num_warps=4)
+        return RecurrentConfig(BV=min(16, pow2_ceil(V)), num_warps=4)
     BK = _kpad(K, arch)
-    BV = next((bv for bv in (64, 32) if heads * triton.cdiv(V, bv) >= 2 * sms), 16)
-    return RecurrentConfig(BV=min(BV, triton.next_power_of_2(V)), num_warps=4 if BK <= 128 else 8)
+    BV = next((bv for bv in (64, 32) if heads * cdiv(V, bv) >= 2 * sms), 16)
+    return RecurrentConfig(BV=min(BV, pow2_ceil(V)), num_warps=4 if BK <= 128 else 8)
 
 
 def recurrent_fwd_candidates(arch: int, K: int, V: int) -> list[RecurrentConfig]:
     """Alternatives to `recurrent_fwd_config` that `benchmarks/decode_check.py` times (not TRITON_KDA_AUTOTUNE:
     timing a launch that updates a state pool in place would apply the update once per trial)."""
-    vp = triton.next_power_of_2(V)
+    vp = pow2_ceil(V)
     pairs = ((8, 1), (16, 1), (16, 2), (16, 4), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8), (128, 8))
     return [RecurrentConfig(BV=bv, num_warps=w) for bv, w in pairs if bv <= vp]
 
@@ -270,10 +280,10 @@ def recurrent_bwd_config(arch: int, K: int, V: int) -> RecurrentBwdConfig:
     fp32 live at once, hence narrow V blocks. C = 8 replays 3.5 steps per token on average and keeps one
     checkpoint per 8 tokens; the interpreter uses C = 4 so that small tests cross several checkpoints."""
     if arch == 0:
-        return RecurrentBwdConfig(BV=min(16, triton.next_power_of_2(V)), C=4, num_warps=4, input_warps=4)
+        return RecurrentBwdConfig(BV=min(16, pow2_ceil(V)), C=4, num_warps=4, input_warps=4)
     BK = _kpad(K, arch)
     # sm_90 ptxas (triton 3.7): 213 registers at K = 128 and 4 warps, 210 at K = 256 and 8 warps, no spills
-    return RecurrentBwdConfig(BV=min(16, triton.next_power_of_2(V)), C=8, num_warps=4 if BK <= 128 else 8,
+    return RecurrentBwdConfig(BV=min(16, pow2_ceil(V)), C=8, num_warps=4 if BK <= 128 else 8,
                               input_warps=4)
 
 

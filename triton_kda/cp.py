@@ -41,12 +41,11 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
-import triton
 
 from triton_kda._validate import KDAProblem, check_group, seqlens_on_cpu
 from triton_kda.chunk_bwd import chunk_bwd
 from triton_kda.chunk_fwd import intra_stage, plan_chunks, saved_intermediates
-from triton_kda.configs import _kpad, arch_of, cp_config, precision_of
+from triton_kda.configs import _kpad, arch_of, cdiv, cp_config, precision_of
 from triton_kda.state import grad_state_dtype, state_fwd
 from triton_kda.state_cp import (
     _kda_state_cp_bwd_chain_kernel,
@@ -367,13 +366,13 @@ def _export(kernel, inputs: tuple, state, which: str, V: int, plan, cp: CPPlan, 
     dev = inputs[0].device
     arch = arch_of(dev)
     cfg = cp_config(arch, K, V, inputs[0].element_size())
-    nkb = triton.cdiv(K, cfg.BC)
+    nkb = cdiv(K, cfg.BC)
     buf = torch.empty(len(cp.parts), HV, K, K + V, device=dev, dtype=torch.float32)
     s0, nm = _exported(cp.parts, which)
     if nm:
         # positional constexprs, in the same order in both kernels: HV, K, V, BT, BK, BC, NKB, HAS_H0 / HAS_DHT,
         # V_FIRST, IS_BF16, PREC
-        kernel[(nkb + triton.cdiv(V, cfg.BC), nm, HV)](
+        kernel[(nkb + cdiv(V, cfg.BC), nm, HV)](
             *inputs, state if state is not None else buf, buf[s0:], plan.cu_seqlens, plan.chunk_offsets, *tables,
             HV, K, V, BT, _kpad(K, arch), cfg.BC, nkb, state is not None, state_v_first,
             inputs[0].dtype == torch.bfloat16, prec, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -395,7 +394,7 @@ def _chain(kernel, maps: torch.Tensor, states: torch.Tensor, cp: CPPlan, chains:
         if chain is None:
             continue
         # arguments: maps, start state (unused: the first map already holds it), per-slot states, slot range
-        kernel[(triton.cdiv(V, cfg.chain_BV), 1, HV)](
+        kernel[(cdiv(V, cfg.chain_BV), 1, HV)](
             maps, out, out, chain, HV, K, V, _kpad(K, arch), cfg.chain_BV, cfg.chain_BKC, False, state_v_first,
             num_warps=cfg.chain_warps, num_stages=1,
         )

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from triton_kda._jit import LOG2E, _chunk_coords, _chunk_rows
-from triton_kda.configs import arch_of, gate_bwd_config
+from triton_kda.configs import arch_of, cdiv, gate_bwd_config
 
 GATE_NONE = 0
 GATE_SOFTPLUS = 1
@@ -197,7 +197,7 @@ def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: flo
     cfg = gate_bwd_config(arch_of(g.device), K)
     has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
     Gc = torch.empty(TT, HV, K, device=g.device, dtype=torch.float32)
-    _kda_gate_cumsum_fwd_kernel[(plan.NT, HV, triton.cdiv(K, cfg.BK))](
+    _kda_gate_cumsum_fwd_kernel[(plan.NT, HV, cdiv(K, cfg.BK))](
         g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, Gc, plan.cu_seqlens, plan.chunk_indices,
         lower_bound if lower_bound is not None else 0.0,
         HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias, PREC=prec,
@@ -211,7 +211,7 @@ def gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT: int, BC: int | None, *, gate: 
     BC: the row blocks of the spanning form's dD / dW, None for the E-form (dD = E, dW = F)."""
     TT, HV, K = g.shape
     cfg = gate_bwd_config(arch_of(g.device), K)
-    NK = triton.cdiv(K, cfg.BK)
+    NK = cdiv(K, cfg.BK)
     f32 = dict(device=g.device, dtype=torch.float32)
     has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
     dg = torch.empty_like(g)

@@ -37,10 +37,12 @@ from triton_kda._jit import (
 )
 from triton_kda.configs import (
     arch_of,
+    cdiv,
     intra_bwd_candidates,
     intra_bwd_config,
     intra_candidates,
     intra_config,
+    pow2_ceil,
     precision_of,
     tuned,
 )
@@ -314,7 +316,7 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, BT: int, *,
                             and -lower_bound * (cfg.BC - 1) / math.log(2) <= RANGE_MAX.value - 1),
         )
 
-    key = ("intra_fwd", arch, dt, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate, store_aux)
+    key = ("intra_fwd", arch, dt, K, V, BT, H, HV, pow2_ceil(plan.NT), gate, store_aux)
     launch(tuned(key, intra_config(arch, K, V), intra_candidates(arch, K, V), launch))
     return out
 
@@ -713,7 +715,7 @@ def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, 
     def launch(cfg):
         """Run the kernel with `cfg`; returns its per-K-slice beta partials and the gate gradient's second input (dW
         with span, else dF; their shapes follow BK and BC)."""
-        NC, NK = BT // cfg.BC, triton.cdiv(K, cfg.BK)
+        NC, NK = BT // cfg.BC, cdiv(K, cfg.BK)
         dbeta = torch.empty(NK, TT, HV, **f32)
         dW = torch.empty(plan.NT, NC + 1, NC + 1, HV, K, **f32) if span else torch.empty(TT, HV, K, **f32)
         kernel[(plan.NT * NC, HV, NK)](
@@ -724,7 +726,7 @@ def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, 
         )
         return dbeta, dW
 
-    key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, triton.next_power_of_2(plan.NT), gate, span)
+    key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, pow2_ceil(plan.NT), gate, span)
     cfg = tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch)
     dbeta, dW = launch(cfg)
     dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT, cfg.BC if span else None,

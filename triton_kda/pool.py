@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from triton_kda._validate import KDAProblem, validate_state_pool
-from triton_kda.configs import arch_of, pool_copy_config
+from triton_kda.configs import arch_of, cdiv, pool_copy_config
 
 
 @triton.jit
@@ -58,7 +58,7 @@ class StatePool:
     def _copy(self, kernel, src: torch.Tensor, dst: torch.Tensor) -> None:
         BLOCK, num_warps = pool_copy_config(arch_of(self.pool.device))
         KV = self.pool[0].numel()
-        kernel[(self.h0.shape[0], triton.cdiv(KV, BLOCK))](
+        kernel[(self.h0.shape[0], cdiv(KV, BLOCK))](
             src, self.indices, dst, self.pool.stride(0), self.pool.shape[0], KV=KV, BLOCK=BLOCK, num_warps=num_warps)
 
     @torch.compiler.disable

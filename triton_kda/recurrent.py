@@ -32,7 +32,7 @@ from triton.compiler import CompiledKernel
 from triton_kda._jit import _state_offsets
 from triton_kda._validate import RecurrentProblem, check_recurrent_contents, validate_fused_recurrent_kda
 from triton_kda.chunk_fwd import plan_chunks
-from triton_kda.configs import _kpad, arch_of, recurrent_bwd_config, recurrent_fwd_config, sm_count
+from triton_kda.configs import _kpad, arch_of, cdiv, recurrent_bwd_config, recurrent_fwd_config, sm_count
 from triton_kda.gate import _gate_input_of, gate_mode, kda_gate_act, kda_gate_act_bwd
 
 __all__ = ["fused_recurrent_kda"]
@@ -326,7 +326,7 @@ class _FwdPlan:
                  inplace: bool, output_final_state: bool, keep: bool):
         dev = q.device
         cfg = recurrent_fwd_config(arch_of(dev), p.K, p.V, p.N * p.HV, sm_count(dev))
-        NV = triton.cdiv(p.V, cfg.BV)
+        NV = cdiv(p.V, cfg.BV)
         idx_mode, s_in, s_it, S_cols = _index_args(indices)
         self.T, self.N, self.device, self.o_dtype = p.T, p.N, dev, q.dtype
         self.ht_shape = None
@@ -403,7 +403,7 @@ def recurrent_bwd(q, k, v, g, beta, h0, indices, num_accepted, cu_seqlens, do, d
     dev = q.device
     arch = arch_of(dev)
     cfg = recurrent_bwd_config(arch, p.K, p.V)
-    NV = triton.cdiv(p.V, cfg.BV)
+    NV = cdiv(p.V, cfg.BV)
     TT, HV, K, V = p.B * p.T, p.HV, p.K, p.V
     plan = plan_chunks(p.B, p.T, cfg.C, dev, p.seqlens_cpu)
     ckpt = torch.empty(max(plan.NT, 1), HV, K, V, dtype=torch.float32, device=dev)

@@ -3,12 +3,12 @@ from the launch tables in configs.py, for kda-portability (and its CI gate) to c
 from __future__ import annotations
 
 import torch
-import triton
 
 from triton_kda.configs import (
     CompileSpec,
     _kpad,
     bwd_precision_of,
+    cdiv,
     cp_config,
     gate_bwd_config,
     intra_bwd_config,
@@ -147,19 +147,19 @@ def _recurrent_specs(arch: int, K: int, V: int, dname: str, ty: str) -> list[Com
     tables = {"cu_seqlens": "*i64", "indices": "*i32", "num_accepted": "*i32"}
     ints = {n: "i32" for n in ("T", "TT", "stride_h0", "s_in", "s_it", "S_cols", "num_slots")}
     specs = []
-    for heads in (1, triton.cdiv(2 * 132, triton.cdiv(V, 32)), 1 << 20):
+    for heads in (1, cdiv(2 * 132, cdiv(V, 32)), 1 << 20):
         cfg = recurrent_fwd_config(arch, K, V, heads, 132)
         sig = {n: f"*{ty}" for n in ("q", "k", "v", "g", "beta")}
         sig.update({"A_log": "*fp32", "dt_bias": "*fp32", "h0": "*fp32", "o": f"*{ty}", "ht": "*fp32", **tables,
                     "scale": "fp32", "lower_bound": "fp32", **ints})
-        ce = dict(flags, BV=cfg.BV, NV=triton.cdiv(V, cfg.BV), HAS_H0=True, STORE_HT=False, INPLACE=True,
+        ce = dict(flags, BV=cfg.BV, NV=cdiv(V, cfg.BV), HAS_H0=True, STORE_HT=False, INPLACE=True,
                   IS_VARLEN=True, IDX_MODE=2, HAS_ACCEPTED=True, V_FIRST=False)
         spec = CompileSpec(f"recurrent_fwd K{K} V{V} BV{cfg.BV} {dname}", _kda_recurrent_fwd_kernel, sig, ce,
                            cfg.num_warps, 1)
         if spec not in specs:
             specs.append(spec)
     bc = recurrent_bwd_config(arch, K, V)
-    NV = triton.cdiv(V, bc.BV)
+    NV = cdiv(V, bc.BV)
     sig = {n: f"*{ty}" for n in ("q", "k", "v", "g", "beta")}
     sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "h0")})
     sig.update({"do": f"*{ty}", "dht": "*fp32", "dh0": "*fp32", "ckpt": "*fp32", "ck_offsets": "*i64", "dv": f"*{ty}"})
@@ -202,7 +202,7 @@ def _cp_specs(arch: int, K: int, V: int, BT: int, dname: str, ty: str, is_bf16: 
     cc = cp_config(arch, K, V, 4 if dname == "fp32" else 2)
     tables = {n: "*i64" for n in ("cu_seqlens", "chunk_offsets", "seq_pieces")}
     tables.update({"piece_seq": "*i32", "map_pieces": "*i32"})
-    ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BC=cc.BC, NKB=triton.cdiv(K, cc.BC), V_FIRST=False,
+    ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BC=cc.BC, NKB=cdiv(K, cc.BC), V_FIRST=False,
               IS_BF16=is_bf16, PREC=prec)
     sig = {n: f"*{ty}" for n in ("kg", "w", "u")}
     sig.update({n: "*fp32" for n in ("gl", "h0", "maps")}, **tables)

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from triton_kda._jit import _dot, _dot_exact, _finite_or_zero, _op, _state_offsets, _tf32_operand
-from triton_kda.configs import _kpad, arch_of, precision_of, state_candidates, state_config, tuned
+from triton_kda.configs import _kpad, arch_of, cdiv, pow2_ceil, precision_of, state_candidates, state_config, tuned
 from triton_kda.state_cp import cp_end_gradients, cp_initial_states, plan_pieces
 from triton_kda.wy import IntraOut
 
@@ -115,7 +115,7 @@ def state_fwd(intra: IntraOut, initial_state, plan, BT: int, V: int, *, output_f
     v_new = torch.empty(TT, HV, V, device=dev, dtype=dt) if store_v_new else None
 
     def launch(cfg):
-        _kda_state_fwd_kernel[(triton.cdiv(V, cfg.BV), runs.N, HV)](
+        _kda_state_fwd_kernel[(cdiv(V, cfg.BV), runs.N, HV)](
             intra.qg, intra.kg, intra.w, intra.u, intra.Aqk, intra.gl,
             h0 if h0 is not None else o, o, ht if ht is not None else o,
             h if h is not None else o, v_new if v_new is not None else o,
@@ -126,7 +126,7 @@ def state_fwd(intra: IntraOut, initial_state, plan, BT: int, V: int, *, output_f
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 
-    key = ("state_fwd", arch, dt, K, V, BT, HV, triton.next_power_of_2(runs.N), store_o, store_h, store_v_new)
+    key = ("state_fwd", arch, dt, K, V, BT, HV, pow2_ceil(runs.N), store_o, store_h, store_v_new)
     launch(tuned(key, state_config(arch, K, V, es), state_candidates(arch, K, V, es), launch))
     if pieces is not None and ht is not None:
         ht = ht[pieces.last]
@@ -203,7 +203,7 @@ def state_bwd(qg, kg, w, Aqk, gl, do, dht, plan, BT: int, V: int, *, want_dh0: b
         runs = pieces
     shape = (runs.N, HV, V, K) if state_v_first else (runs.N, HV, K, V)
     dh0 = torch.empty(shape, device=dev, dtype=torch.float32) if want_dh0 else None
-    _kda_state_bwd_kernel[(triton.cdiv(V, cfg.BV), runs.N, HV)](
+    _kda_state_bwd_kernel[(cdiv(V, cfg.BV), runs.N, HV)](
         qg, kg, w, Aqk, gl, do, dht if dht is not None else dh, dh, dv_new, dh0 if dh0 is not None else dh,
         runs.cu_seqlens, runs.chunk_offsets,
         HV=HV, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=cfg.BV, HAS_DHT=dht is not None, STORE_DH0=want_dh0,

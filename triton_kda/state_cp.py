@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from triton_kda._jit import _dot, _finite_or_zero, _op, _state_offsets
-from triton_kda.configs import _kpad, arch_of, capturing, cp_config, sm_count, state_config
+from triton_kda.configs import _kpad, arch_of, capturing, cdiv, cp_config, sm_count, state_config
 
 ENV_MODE = "TRITON_KDA_INTRACARD_CP"
 ENV_PIECE_CHUNKS = "TRITON_KDA_INTRACARD_CP_CHUNKS"
@@ -148,8 +148,8 @@ def piece_chunks(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int, 
     arch = arch_of(device)
     BC = cp_config(arch, K, V, elem_size).BC
     nchunks = tuple((n + BT - 1) // BT for n in lens)
-    return _piece_chunks(nchunks, HV, triton.cdiv(V, state_config(arch, K, V, elem_size).BV), triton.cdiv(K, BC),
-                         triton.cdiv(V, BC), sm_count(device) * _PROGRAMS_PER_SM, mode, int(forced_env or 0))
+    return _piece_chunks(nchunks, HV, cdiv(V, state_config(arch, K, V, elem_size).BV), cdiv(K, BC),
+                         cdiv(V, BC), sm_count(device) * _PROGRAMS_PER_SM, mode, int(forced_env or 0))
 
 
 def _device_piece_plan(seqs, lens: tuple, BT: int, L: int) -> PiecePlan:
@@ -404,18 +404,18 @@ def cp_initial_states(kg, w, u, gl, h0, seqs, pieces: PiecePlan, BT: int, *, sta
     dev = w.device
     arch = arch_of(dev)
     cfg = cp_config(arch, K, V, w.element_size())
-    nkb = triton.cdiv(K, cfg.BC)
+    nkb = cdiv(K, cfg.BC)
     maps = torch.empty(pieces.NM, HV, K, K + V, device=dev, dtype=torch.float32)
     init = torch.empty(_state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
     common = dict(HV=HV, K=K, V=V, BK=_kpad(K, arch), V_FIRST=state_v_first)
     if pieces.NM:
-        _kda_state_cp_fwd_map_kernel[(nkb + triton.cdiv(V, cfg.BC), pieces.NM, HV)](
+        _kda_state_cp_fwd_map_kernel[(nkb + cdiv(V, cfg.BC), pieces.NM, HV)](
             kg, w, u, gl, h0 if h0 is not None else init, maps,
             pieces.cu_seqlens, pieces.chunk_offsets, pieces.piece_seq, pieces.seq_pieces, pieces.fwd_maps,
             BT=BT, BC=cfg.BC, NKB=nkb, HAS_H0=h0 is not None, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **common,
         )
-    _kda_state_cp_fwd_chain_kernel[(triton.cdiv(V, cfg.chain_BV), seqs.N, HV)](
+    _kda_state_cp_fwd_chain_kernel[(cdiv(V, cfg.chain_BV), seqs.N, HV)](
         maps, h0 if h0 is not None else init, init, pieces.seq_pieces, BV=cfg.chain_BV, BKC=cfg.chain_BKC,
         HAS_H0=h0 is not None,
         num_warps=cfg.chain_warps, num_stages=1, **common,
@@ -433,18 +433,18 @@ def cp_end_gradients(qg, kg, w, Aqk, gl, do, dht, seqs, pieces: PiecePlan, BT: i
     dev = w.device
     arch = arch_of(dev)
     cfg = cp_config(arch, K, V, w.element_size())
-    nkb = triton.cdiv(K, cfg.BC)
+    nkb = cdiv(K, cfg.BC)
     maps = torch.empty(pieces.NM, HV, K, K + V, device=dev, dtype=torch.float32)
     dend = torch.empty(_state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
     common = dict(HV=HV, K=K, V=V, BK=_kpad(K, arch), V_FIRST=state_v_first)
     if pieces.NM:
-        _kda_state_cp_bwd_map_kernel[(nkb + triton.cdiv(V, cfg.BC), pieces.NM, HV)](
+        _kda_state_cp_bwd_map_kernel[(nkb + cdiv(V, cfg.BC), pieces.NM, HV)](
             qg, kg, w, Aqk, gl, do, dht if dht is not None else dend, maps,
             pieces.cu_seqlens, pieces.chunk_offsets, pieces.piece_seq, pieces.seq_pieces, pieces.bwd_maps,
             BT=BT, BC=cfg.BC, NKB=nkb, HAS_DHT=dht is not None, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **common,
         )
-    _kda_state_cp_bwd_chain_kernel[(triton.cdiv(V, cfg.chain_BV), seqs.N, HV)](
+    _kda_state_cp_bwd_chain_kernel[(cdiv(V, cfg.chain_BV), seqs.N, HV)](
         maps, dht if dht is not None else dend, dend, pieces.seq_pieces, BV=cfg.chain_BV, BKC=cfg.chain_BKC,
         HAS_DHT=dht is not None,
         num_warps=cfg.chain_warps, num_stages=1, **common,

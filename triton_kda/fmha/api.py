@@ -6,9 +6,8 @@ import math
 from typing import NamedTuple
 
 import torch
-import triton
 
-from triton_kda.configs import sm_count
+from triton_kda.configs import cdiv, sm_count
 from triton_kda.fmha.configs import FmhaConfig, WindowConfig, fmha_config, window_config
 from triton_kda.fmha.fwd import AttnProblem, KeySet, attn_fwd
 from triton_kda.fmha.merge import launch_merge
@@ -246,8 +245,8 @@ def _default_splits(p: AttnProblem, cfg: FmhaConfig, G: int) -> int:
     hkv, DV = keys.k.shape[2], keys.v.shape[3]
     hp = min(G, cfg.block_m)
     block_t = 1 if p.gather is not None else cfg.block_m // hp
-    n_tiles = triton.cdiv(T, block_t) + (p.cu_seqlens.numel() - 1 if p.cu_seqlens is not None else 0)
-    programs = n_tiles * (1 if p.cu_seqlens is not None else B) * hkv * triton.cdiv(G, hp)
+    n_tiles = cdiv(T, block_t) + (p.cu_seqlens.numel() - 1 if p.cu_seqlens is not None else 0)
+    programs = n_tiles * (1 if p.cu_seqlens is not None else B) * hkv * cdiv(G, hp)
     programs *= DV // min(DV, cfg.block_dv or DV)
     if programs >= sms:
         return 1
@@ -255,12 +254,12 @@ def _default_splits(p: AttnProblem, cfg: FmhaConfig, G: int) -> int:
     if p.dense is not None:
         S = p.dense.k.shape[1]
         span = S if p.window is None else min(S, p.window + block_t)
-        blocks += triton.cdiv(span, cfg.block_n)
+        blocks += cdiv(span, cfg.block_n)
     if p.gather is not None:
-        blocks += triton.cdiv(p.idx.shape[2], cfg.block_n)
+        blocks += cdiv(p.idx.shape[2], cfg.block_n)
     # about two programs per SM, at least four key blocks per split (H100: B32 HQ64 decode 0.21 ms with this rule,
     # 0.35 ms with whole-wave rounding and two blocks per split; docs/benchmarks/fmha_H100.md)
-    return max(1, min(triton.cdiv(2 * sms, programs), blocks // 4, 64))
+    return max(1, min(cdiv(2 * sms, programs), blocks // 4, 64))
 
 
 def fmha_fwd(

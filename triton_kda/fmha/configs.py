@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from triton_kda.configs import arch_of
+from triton_kda.configs import arch_of, pow2_ceil
 
 __all__ = ["WINDOW_MAX_KEYS", "FmhaConfig", "WindowConfig", "fmha_config", "window_config",
            "window_keys", "window_tokens"]
@@ -125,15 +125,11 @@ WINDOW_MAX_KEYS = 256
 _WINDOW_DEFAULT_KEYS = 128
 
 
-def _pow2_ceil(x: int) -> int:
-    return 1 << max(0, (x - 1).bit_length())
-
-
 def _fit_rows(cfg, G: int, T: int | None, gather: bool = False):
     """`cfg` (an FmhaConfig or WindowConfig) with `block_m` shrunk to the rows a tile fills: G packed heads in gather
     mode, G x T for T known queries per sequence, at least 16 (the smallest tensor-core tile)."""
     rows = G if gather else (G * T if T is not None else cfg.block_m)
-    return replace(cfg, block_m=max(16, min(cfg.block_m, _pow2_ceil(rows))))
+    return replace(cfg, block_m=max(16, min(cfg.block_m, pow2_ceil(rows))))
 
 
 def _hopper_class(arch: int) -> bool:
@@ -177,7 +173,7 @@ def arch_config(
     """The online-softmax kernel's launch on compute capability `arch` (see `fmha_config`), shrunk to fit the
     arch's shared memory."""
     table = (_SM90_GATHER if gather else _SM90_DENSE) if _hopper_class(arch) else _GENERIC
-    cfg = _fit_rows(table[min(512, max(64, _pow2_ceil(D)))], G, T, gather)
+    cfg = _fit_rows(table[min(512, max(64, pow2_ceil(D)))], G, T, gather)
     return fit_smem(cfg, D, DV or D, itemsize, same_kv, smem_limit(arch))
 
 
@@ -206,7 +202,7 @@ def window_keys(window: int, block_m: int, G: int, T: int | None) -> int:
     tokens = window_tokens(block_m, G)
     if T is not None:
         tokens = min(tokens, T)
-    return _pow2_ceil(max(16, window + tokens - 1))
+    return pow2_ceil(max(16, window + tokens - 1))
 
 
 def window_arch_config(arch: int, G: int, T: int | None, window: int) -> WindowConfig | None:

@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from triton_kda.configs import cdiv
 from triton_kda.fmha.configs import FmhaConfig
 
 LOG2E = 1.4426950408889634
@@ -314,9 +315,9 @@ class TileGrid(NamedTuple):
 def tile_grid(p: AttnProblem, block_t: int) -> TileGrid:
     B, T = p.q.shape[:2]
     if p.cu_seqlens is None:
-        return TileGrid(triton.cdiv(T, block_t), B, B, None, None)
+        return TileGrid(cdiv(T, block_t), B, B, None, None)
     n_seq = p.cu_seqlens.numel() - 1
-    tile_seq, tile_tok = _varlen_tiles(p.cu_seqlens, block_t, triton.cdiv(T, block_t) + n_seq)
+    tile_seq, tile_tok = _varlen_tiles(p.cu_seqlens, block_t, cdiv(T, block_t) + n_seq)
     return TileGrid(tile_seq.numel(), 1, n_seq, tile_seq, tile_tok)
 
 
@@ -339,7 +340,7 @@ def attn_fwd(p: AttnProblem, cfg: FmhaConfig, num_splits: int) -> tuple[torch.Te
     hp = min(G, cfg.block_m)
     block_t = 1 if gather else cfg.block_m // hp
     block_dv = min(DV, cfg.block_dv or DV)
-    n_hg = triton.cdiv(G, hp)
+    n_hg = cdiv(G, hp)
     n_dv = DV // block_dv
     n_rows = B * T * HQ
     write_partial = p.partial or num_splits > 1

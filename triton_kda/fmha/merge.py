@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from triton_kda.configs import cdiv, pow2_ceil
+
 
 @triton.jit
 def _fmha_merge_fwd_kernel(
@@ -73,9 +75,9 @@ def launch_merge(
     num_a, n_rows, dv = oa.shape
     out = torch.empty(n_rows, dv, dtype=out_dtype, device=oa.device)
     lse = torch.empty(n_rows, dtype=torch.float32, device=oa.device)
-    block_dv = min(triton.next_power_of_2(dv), 128)
+    block_dv = min(pow2_ceil(dv), 128)
     block_r = 16
-    grid = (triton.cdiv(n_rows, block_r), triton.cdiv(dv, block_dv))
+    grid = (cdiv(n_rows, block_r), cdiv(dv, block_dv))
     _fmha_merge_fwd_kernel[grid](
         oa, la, ob if ob is not None else oa, lb if lb is not None else la, out, lse,
         sinks if sinks is not None else la,

@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from triton_kda.configs import cdiv
 from triton_kda.fmha.configs import WINDOW_MAX_KEYS, WindowConfig, window_keys, window_tokens
 from triton_kda.fmha.fwd import (
     LOG2E,
@@ -118,7 +119,7 @@ def window_fwd(p: AttnProblem, cfg: WindowConfig) -> tuple[torch.Tensor, torch.T
     G = HQ // HKV
     hp = min(G, cfg.block_m)
     block_t = window_tokens(cfg.block_m, G)
-    n_hg = triton.cdiv(G, hp)
+    n_hg = cdiv(G, hp)
     n_rows = B * T * HQ
     o = torch.empty(n_rows, DV, dtype=torch.float32 if p.partial else q.dtype, device=q.device)
     lse = torch.empty(n_rows, dtype=torch.float32, device=q.device)
