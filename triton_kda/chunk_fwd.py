@@ -57,7 +57,7 @@ def _device_varlen_plan(cu_seqlens: torch.Tensor, seqlens: tuple, BT: int) -> Ch
 
 def plan_chunks(B: int, T: int, BT: int, device: torch.device, seqlens_cpu: torch.Tensor | None,
                 cu_seqlens: torch.Tensor | None = None) -> ChunkPlan:
-    """Chunk plan from the CPU copy of cu_seqlens (varlen; cached by content) or from (B, T); no device sync.
+    """Chunk plan from the CPU copy of cu_seqlens (varlen; cached by content) or from (B, T) (cached); no device sync.
     During CUDA-graph capture a varlen plan is built on the device from `cu_seqlens` (the device copy) instead of
     being copied from the host (a cached host plan could be freed while the graph still reads it)."""
     if seqlens_cpu is not None:
@@ -65,6 +65,16 @@ def plan_chunks(B: int, T: int, BT: int, device: torch.device, seqlens_cpu: torc
         if cu_seqlens is not None and capturing(device):
             return _device_varlen_plan(cu_seqlens, lens, BT)
         return _varlen_plan(lens, BT, device)
+    if capturing(device):
+        return _fixed_plan.__wrapped__(B, T, BT, device)
+    return _fixed_plan(B, T, BT, device)
+
+
+@functools.lru_cache(maxsize=64)
+def _fixed_plan(B: int, T: int, BT: int, device: torch.device) -> ChunkPlan:
+    """The plan of B sequences of T tokens, cached per signature: its six small device ops cost about 150 us of host
+    time per call on an H100 machine (`docs/benchmarks/scripts/gpu_host_split.py`). Built anew during CUDA-graph
+    capture (the graph then owns its tables; a cached plan could be evicted while the graph still reads it)."""
     nt = cdiv(T, BT)
     ar = torch.arange(B * nt, device=device, dtype=torch.int32)
     return ChunkPlan(
