@@ -322,6 +322,37 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, BT: int, *,
 
 
 @triton.jit
+def _intra_bwd_program(cu_seqlens, chunk_indices, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                       BK: tl.constexpr):
+    """Coordinates of a chunk-local backward program (grid (NT * NC, HV, NK)): chunk i_t, block r, v-head i_hv,
+    K slice i_k; bos, T, the chunk's first token t0 and the block's s0 (in the sequence), n_valid (the chunk's
+    tokens); the block's row offsets o_c and mask m_r, the slice's columns o_k and mask m_k."""
+    i_tc, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    NC: tl.constexpr = BT // BC
+    i_t, r = i_tc // NC, i_tc % NC
+    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
+    t0 = i_c * BT
+    n_valid = tl.minimum(T - t0, BT)
+    o_c = tl.arange(0, BC)
+    o_k = i_k * BK + tl.arange(0, BK)
+    return i_t, r, i_hv, i_k, bos, T, t0, t0 + r * BC, n_valid, o_c, r * BC + o_c < n_valid, o_k, o_k < K
+
+
+@triton.jit
+def _block_rows(q, k, rstd_q, rstd_k, beta_act, bos, T, s0, i_h, i_k, p_rows, m_r, scale, H: tl.constexpr,
+                K: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):
+    """The block's rows (BC from token s0, K slice i_k) of qn = scale rstd_q q, kn = rstd_k k [BC, BK] fp32 and
+    beta [BC]; p_rows: the rows' offsets into the [TT, HV] tensors."""
+    p_qr = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    p_kr = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    b_qn = tl.load(p_qr, boundary_check=(0, 1)).to(tl.float32)
+    b_qn *= (tl.load(rstd_q + p_rows, mask=m_r, other=0.0) * scale)[:, None]
+    b_kn = tl.load(p_kr, boundary_check=(0, 1)).to(tl.float32)
+    b_kn *= tl.load(rstd_k + p_rows, mask=m_r, other=0.0)[:, None]
+    return b_qn, b_kn, tl.load(beta_act + p_rows, mask=m_r, other=0.0)
+
+
+@triton.jit
 def _state_side(h, dh, v_new, dvb, do, p_state, bos, T, s0, i_hv, o_k, m_k, HV: tl.constexpr, K: tl.constexpr,
                 V: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
                 PREC_S: tl.constexpr, BF16_STATE: tl.constexpr):
@@ -383,20 +414,12 @@ def _kda_intra_bwd_kernel(
     [TT, HV, K] fp32 (see below; `_kda_gate_bwd_kernel` sums them) and dbeta_k [NK, TT, HV] fp32 (the beta gradient
     through w and L, before the sigmoid).
     """
-    i_tc, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     NC: tl.constexpr = BT // BC
-    i_t, r = i_tc // NC, i_tc % NC
+    i_t, r, i_hv, i_k, bos, T, t0, s0, n_valid, o_c, m_r, o_k, m_k = _intra_bwd_program(cu_seqlens, chunk_indices,
+                                                                                       K, BT, BC, BK)
     i_h = i_hv // (HV // H)
-    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
-    t0 = i_c * BT
-    s0 = t0 + r * BC
-    n_valid = tl.minimum(T - t0, BT)
     o_t = tl.arange(0, BT)
     m_t = o_t < n_valid
-    o_c = tl.arange(0, BC)
-    m_r = r * BC + o_c < n_valid
-    o_k = i_k * BK + tl.arange(0, BK)
-    m_k = o_k < K
     m_rk = m_r[:, None] & m_k[None, :]
     p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
     p_rows = (bos + s0 + o_c).to(tl.int64) * HV + i_hv
@@ -411,13 +434,8 @@ def _kda_intra_bwd_kernel(
     p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     b_kn = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)[:, None]
-    p_qr = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-    p_kr = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-    b_qn_r = tl.load(p_qr, boundary_check=(0, 1)).to(tl.float32)
-    b_qn_r *= (tl.load(rstd_q + p_rows, mask=m_r, other=0.0) * scale)[:, None]
-    b_kn_r = tl.load(p_kr, boundary_check=(0, 1)).to(tl.float32)
-    b_kn_r *= tl.load(rstd_k + p_rows, mask=m_r, other=0.0)[:, None]
-    b_b_r = tl.load(beta_act + p_rows, mask=m_r, other=0.0)
+    b_qn_r, b_kn_r, b_b_r = _block_rows(q, k, rstd_q, rstd_k, beta_act, bos, T, s0, i_h, i_k, p_rows, m_r, scale, H, K,
+                                        BC, BK)
 
     # rows of dAqk / dL (block rows i, all columns) and columns (rows j of the transposes)
     p_dA = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, 0), (BC, BT), (1, 0))
@@ -527,20 +545,12 @@ def _kda_intra_bwd_span_kernel(
     dW[c, NC, r + 1] the kg terms of block r (they span every later block); `_kda_gate_bwd_kernel` adds them up.
     Inside a block the pair terms enter as row minus column sums (cancelling at most the block's own pairs).
     """
-    i_tc, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     NC: tl.constexpr = BT // BC
-    i_t, r = i_tc // NC, i_tc % NC
+    i_t, r, i_hv, i_k, bos, T, t0, s0, n_valid, o_c, m_r, o_k, m_k = _intra_bwd_program(cu_seqlens, chunk_indices,
+                                                                                       K, BT, BC, BK)
     i_h = i_hv // (HV // H)
-    bos, T, i_c = _chunk_coords(cu_seqlens, chunk_indices, i_t)
-    t0 = i_c * BT
-    s0 = t0 + r * BC
-    n_valid = tl.minimum(T - t0, BT)
     o_t = tl.arange(0, BT)
     m_t = o_t < n_valid
-    o_c = tl.arange(0, BC)
-    m_r = r * BC + o_c < n_valid
-    o_k = i_k * BK + tl.arange(0, BK)
-    m_k = o_k < K
     m_rk = m_r[:, None] & m_k[None, :]
     p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
     p_rows = (bos + s0 + o_c).to(tl.int64) * HV + i_hv
@@ -553,13 +563,8 @@ def _kda_intra_bwd_span_kernel(
     b_G_r = tl.load(p_Gr, boundary_check=(0, 1))
     b_Ga = tl.sum(tl.where((o_c == 0)[:, None], b_G_r, 0.0), axis=0)
     b_Gl = tl.load(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, mask=m_k, other=0.0)
-    p_qr = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-    p_kr = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
-    b_qn_r = tl.load(p_qr, boundary_check=(0, 1)).to(tl.float32)
-    b_qn_r *= (tl.load(rstd_q + p_rows, mask=m_r, other=0.0) * scale)[:, None]
-    b_kn_r = tl.load(p_kr, boundary_check=(0, 1)).to(tl.float32)
-    b_kn_r *= tl.load(rstd_k + p_rows, mask=m_r, other=0.0)[:, None]
-    b_b_r = tl.load(beta_act + p_rows, mask=m_r, other=0.0)
+    b_qn_r, b_kn_r, b_b_r = _block_rows(q, k, rstd_q, rstd_k, beta_act, bos, T, s0, i_h, i_k, p_rows, m_r, scale, H, K,
+                                        BC, BK)
     b_kbn_r = b_kn_r * b_b_r[:, None]
     b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
     b_u = b_qn_r * b_eA
