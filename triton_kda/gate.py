@@ -206,9 +206,9 @@ def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: flo
     return Gc
 
 
-def gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT: int, BC: int | None, *, gate: int, lower_bound: float | None):
+def gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT: int, BC: int, *, gate: int, lower_bound: float | None):
     """Launch `_kda_gate_bwd_kernel` on the (NT, HV, NK) grid: (dg, dA_log_part or None, ddt_bias_part or None);
-    BC: the row blocks of the spanning form's dD / dW, None for the E-form (dD = E, dW = F)."""
+    BC: the row blocks of the spanning form's dD / dW, 0 for the E-form (dD = E, dW = F)."""
     TT, HV, K = g.shape
     cfg = gate_bwd_config(arch_of(g.device), K)
     NK = cdiv(K, cfg.BK)
@@ -221,7 +221,7 @@ def gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT: int, BC: int | None, *, gate: 
         g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, dD, dW, dg,
         dA_log_part if has_a_log else dD, ddt_bias_part if has_dt_bias else dD,
         plan.cu_seqlens, plan.chunk_indices, lower_bound if lower_bound is not None else 0.0, plan.NT,
-        HV=HV, K=K, BT=BT, BK=cfg.BK, BC=BC or 0, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
+        HV=HV, K=K, BT=BT, BK=cfg.BK, BC=BC, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias,
         num_warps=cfg.num_warps,
     )
     return dg, dA_log_part, ddt_bias_part

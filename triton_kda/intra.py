@@ -734,6 +734,6 @@ def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, 
     key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, pow2_ceil(plan.NT), gate, span)
     cfg = tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch)
     dbeta, dW = launch(cfg)
-    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT, cfg.BC if span else None,
+    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT, cfg.BC if span else 0,
                                               gate=gate, lower_bound=lower_bound)
     return IntraBwdOut(dq, dk, dg, dbeta, dA_log_part, ddt_bias_part)
