@@ -125,8 +125,9 @@ def capturing(device: torch.device) -> bool:
 
 
 def cdiv(a: int, b: int) -> int:
-    """ceil(a / b) of host ints (`triton.cdiv` is a constexpr function: a few microseconds per host call on triton 3.6,
-    about 250 us of a training step's host time, `docs/benchmarks/scripts/train_host_overhead.py`)."""
+    """ceil(a / b) of host ints. `triton.cdiv` is a constexpr function, a few microseconds per host call on triton 3.6:
+    with `triton.next_power_of_2` about 0.3 ms of a training step's host time (`train_host_overhead.py` under
+    docs/benchmarks/scripts)."""
     return -(-a // b)
 
 
