@@ -176,15 +176,17 @@ def intra_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
     if arch == 0:
         return IntraConfig(BC=16, BK=min(32, _kpad(K, arch)), BV=min(32, _kpad(V, arch)), num_warps=4, num_stages=1)
     # H100 B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 64 / BV 64 / 4 warps / 2 stages 4.13 ms; 1 stage
-    # 5.09, BV 32 5.89, BV 128 5.99, BK 128 / 8 warps 6.34, BK 32 / 2 stages 6.56, BK 32 / 8 warps 15.4
-    return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=min(64, _kpad(V, arch)), num_warps=4, num_stages=2)
+    # 5.09, BV 32 5.89, BV 128 5.99, BK 128 / 8 warps 6.34, BK 32 / 2 stages 6.56, BK 32 / 8 warps 15.4. 3 stages
+    # (2026-11-25, fwd+bwd against 2 stages, docs/benchmarks/runs/2026-11-25_bwd_stages): fp16 x0.963, K = V = 256
+    # bf16 x0.97, B1 T8192 H16 bf16 x0.96-0.99, fp32 x0.99, B2 T8192 H32 bf16 x0.997; 8 warps at BK 64 x1.15-1.32
+    return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=min(64, _kpad(V, arch)), num_warps=4, num_stages=3)
 
 
 def intra_bwd_candidates(arch: int, K: int, V: int) -> list[IntraConfig]:
     """Alternatives to `intra_bwd_config` for TRITON_KDA_AUTOTUNE: the configurations of the H100 sweep (NOTES.md)."""
     kp, vp = _kpad(K, arch), _kpad(V, arch)
     return [IntraConfig(BC=16, BK=min(bk, kp), BV=min(bv, vp), num_warps=w, num_stages=s)
-            for bk, bv, w, s in ((64, 64, 4, 1), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 1))]
+            for bk, bv, w, s in ((64, 64, 4, 2), (64, 128, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 1))]
 
 
 class GateBwdConfig(NamedTuple):

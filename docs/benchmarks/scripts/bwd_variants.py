@@ -4,6 +4,14 @@ reruns.
 
     python3 docs/benchmarks/scripts/bwd_variants.py --pkg base=.var/base:triton_kda_base --pkg new=.:triton_kda
         [--shapes B2-T8192-H32,...] [--dtypes bf16] [--rounds 3] [--profile B2-T8192-H32[:fp16],...] [--errors]
+        [--sweep "state.state_config@B2-T8192-H16-K256:bf16=BV=16,num_warps=8;BV=64"]
+
+`--sweep MODULE.FUNC@SHAPE[:dtype]=FIELD=VALUE,...;...` (repeatable) times fwd+bwd of the last --pkg with the launch
+configuration function FUNC of its module MODULE (e.g. `intra.intra_bwd_config`, `state.state_config`) returning
+the table's configuration with the given fields replaced, one configuration per `;`-separated entry, the table's own
+first.
+
+A shape is B-T-H with an optional head dim K (K = V, default 128): `B2-T8192-H16-K256`.
 
 `--pkg NAME=DIR:MODULE` imports MODULE (a copy of `triton_kda`) from DIR; a copy of commit C is made with
 `git archive C triton_kda | tar -x -C .var/x` and its package renamed (directory and imports). Timing, profile and
@@ -39,9 +47,10 @@ def load(spec: str):
     return name, importlib.import_module(module).chunk_kda
 
 
-def shape_of(text: str) -> tuple[int, int, int]:
-    B, T, H = (int(x[1:]) for x in text.split("-"))
-    return B, T, H
+def shape_of(text: str) -> tuple[int, int, int, int]:
+    """"B2-T8192-H32" or "B2-T8192-H16-K256" -> (B, T, H, K); K = V, 128 unless given."""
+    dims = {x[0]: int(x[1:]) for x in text.split("-")}
+    return dims["B"], dims["T"], dims["H"], dims.get("K", 128)
 
 
 def timings(fns: dict, shapes: list, dtypes: list, rounds: int) -> list[str]:
@@ -51,8 +60,8 @@ def timings(fns: dict, shapes: list, dtypes: list, rounds: int) -> list[str]:
             "|---|---|" + "---:|" * (2 * len(names) - 1)]
     for dname in dtypes:
         for text in shapes:
-            B, T, H = shape_of(text)
-            d = inputs(B, T, H, DTYPES[dname])
+            B, T, H, K = shape_of(text)
+            d = inputs(B, T, H, DTYPES[dname], K=K, V=K)
             do = torch.randn_like(d["v"])
             times = {n: [] for n in names}
             for _ in range(rounds):
@@ -72,8 +81,8 @@ def profile(fns: dict, text: str) -> list[str]:
     """Kernel times per fwd+bwd step of every package at `text` ("B2-T8192-H32", or "B2-T8192-H32:fp16")."""
     text, _, dname = text.partition(":")
     dname = dname or "bf16"
-    B, T, H = shape_of(text)
-    d = inputs(B, T, H, DTYPES[dname])
+    B, T, H, K = shape_of(text)
+    d = inputs(B, T, H, DTYPES[dname], K=K, V=K)
     do = torch.randn_like(d["v"])
     per = {n: kernel_times(fn, d, do) for n, fn in fns.items()}
     for t in d.values():
@@ -104,31 +113,46 @@ def errors(fns: dict) -> list[str]:
 
 
 def intra_bwd_sweep(spec: str, configs: str, text: str) -> list[str]:
-    """fwd+bwd time of package `spec` (NAME=DIR:MODULE) with each chunk-local backward configuration of `configs`
-    ("BK,BV,warps,stages;..."), the table's own first; text: SHAPE[:dtype] (bf16 by default)."""
+    """`config_sweep` of the chunk-local backward's configurations `configs` ("BK,BV,warps,stages;...") at `text`
+    (SHAPE[:dtype], bf16 by default)."""
+    names = ("BK", "BV", "num_warps", "num_stages")
+    entries = [dict(zip(names, c.split(","), strict=True)) for c in configs.split(";")]
+    return config_sweep(spec, f"intra.intra_bwd_config@{text}="
+                        + ";".join(",".join(f"{f}={v}" for f, v in e.items()) for e in entries))
+
+
+def replace(cfg, **fields):
+    """A launch configuration (dataclass or NamedTuple) with `fields` replaced."""
+    return cfg._replace(**fields) if hasattr(cfg, "_replace") else dataclasses.replace(cfg, **fields)
+
+
+def config_sweep(spec: str, text: str) -> list[str]:
+    """fwd+bwd time of package `spec` (NAME=DIR:MODULE) with the configurations of `text`
+    ("MODULE.FUNC@SHAPE[:dtype]=FIELD=VALUE,...;..."), the table's own first."""
     name, where = spec.split("=", 1)
-    mod = importlib.import_module(where.split(":", 1)[1] + ".intra")
-    table = mod.intra_bwd_config
-    shape, _, dname = text.partition(":")
-    B, T, H = shape_of(shape)
-    d = inputs(B, T, H, DTYPES[dname or "bf16"])
+    package = where.split(":", 1)[1]
+    target, _, configs = text.partition("=")
+    func, _, shape_text = target.partition("@")
+    mod_name, _, fn_name = func.rpartition(".")
+    mod = importlib.import_module(f"{package}.{mod_name}")
+    table = getattr(mod, fn_name)
+    shape, _, dname = shape_text.partition(":")
+    B, T, H, K = shape_of(shape)
+    d = inputs(B, T, H, DTYPES[dname or "bf16"], K=K, V=K)
     do = torch.randn_like(d["v"])
-    fn = importlib.import_module(where.split(":", 1)[1]).chunk_kda
-    rows = [f"{name}: chunk-local backward configurations, {shape} {dname or 'bf16'} fwd+bwd", "| config | ms |",
-            "|---|---:|"]
+    fn = importlib.import_module(package).chunk_kda
+    rows = [f"{name}: {func} configurations, {shape} {dname or 'bf16'} fwd+bwd", "| config | ms |", "|---|---:|"]
     for cfg in [None, *configs.split(";")]:
-        if cfg is not None:
-            bk, bv, nw, ns = (int(x) for x in cfg.split(","))
-            mod.intra_bwd_config = lambda arch, K, V, c=(bk, bv, nw, ns): dataclasses.replace(
-                table(arch, K, V), BK=c[0], BV=c[1], num_warps=c[2], num_stages=c[3])
-        label = f"table {table(9, 128, 128)}" if cfg is None else cfg
+        fields = {} if cfg is None else {f: int(v) for f, v in (x.split("=") for x in cfg.split(","))}
+        setattr(mod, fn_name, lambda *a, fields=fields: replace(table(*a), **fields))
         try:
-            ms = do_bench(lambda: step(fn, d, do), warmup=50, rep=300, grad_to_none=list(d.values()))
-            rows.append(f"| {label} | {ms:.3f} |")
+            step(fn, d, do)
+            ms = f"{do_bench(lambda: step(fn, d, do), warmup=50, rep=300, grad_to_none=list(d.values())):.3f}"
         except Exception as exc:  # a configuration this GPU cannot run
-            rows.append(f"| {label} | failed: {type(exc).__name__} |")
+            ms = f"failed: {type(exc).__name__}"
+        rows.append(f"| {cfg or 'table'} | {ms} |")
         print(rows[-1], flush=True)
-    mod.intra_bwd_config = table
+    setattr(mod, fn_name, table)
     return rows
 
 
@@ -150,6 +174,8 @@ def main():
     ap.add_argument("--profile", default=None, help="SHAPE[:dtype],... kernel times per package")
     ap.add_argument("--errors", action="store_true")
     ap.add_argument("--intra-bwd-configs", default=None, help="BK,BV,warps,stages;... tried on the last --pkg")
+    ap.add_argument("--sweep", action="append", default=[],
+                    help="MODULE.FUNC@SHAPE[:dtype]=FIELD=VALUE,...;... tried on the last --pkg (repeatable)")
     args = ap.parse_args()
     fns = dict(load(s) for s in args.pkg)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
@@ -160,6 +186,8 @@ def main():
     sweep_shape = (args.profile or "B2-T8192-H32").split(",")[0]
     if args.intra_bwd_configs:
         sections.append(lambda: intra_bwd_sweep(args.pkg[-1], args.intra_bwd_configs, sweep_shape))
+    for text in args.sweep:
+        sections.append(lambda text=text: config_sweep(args.pkg[-1], text))
     if args.errors:
         sections.append(lambda: errors(fns))
     sections.append(lambda: ["bit-identical reruns (Kimi bf16 case): "
