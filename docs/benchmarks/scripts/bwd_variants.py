@@ -53,6 +53,13 @@ def shape_of(text: str) -> tuple[int, int, int, int]:
     return dims["B"], dims["T"], dims["H"], dims.get("K", 128)
 
 
+def case(shape: str, dname: str) -> tuple[dict, torch.Tensor]:
+    """The inputs (leaves requiring grad) and the upstream gradient of `shape` ("B2-T8192-H32[-K256]") in `dname`."""
+    B, T, H, K = shape_of(shape)
+    d = inputs(B, T, H, DTYPES[dname], K=K, V=K)
+    return d, torch.randn_like(d["v"])
+
+
 def timings(fns: dict, shapes: list, dtypes: list, rounds: int) -> list[str]:
     names = list(fns)
     ratios = " | ".join(f"{n} / {names[0]}" for n in names[1:])
@@ -60,9 +67,7 @@ def timings(fns: dict, shapes: list, dtypes: list, rounds: int) -> list[str]:
             "|---|---|" + "---:|" * (2 * len(names) - 1)]
     for dname in dtypes:
         for text in shapes:
-            B, T, H, K = shape_of(text)
-            d = inputs(B, T, H, DTYPES[dname], K=K, V=K)
-            do = torch.randn_like(d["v"])
+            d, do = case(text, dname)
             times = {n: [] for n in names}
             for _ in range(rounds):
                 for n, fn in fns.items():
@@ -81,9 +86,7 @@ def profile(fns: dict, text: str) -> list[str]:
     """Kernel times per fwd+bwd step of every package at `text` ("B2-T8192-H32", or "B2-T8192-H32:fp16")."""
     text, _, dname = text.partition(":")
     dname = dname or "bf16"
-    B, T, H, K = shape_of(text)
-    d = inputs(B, T, H, DTYPES[dname], K=K, V=K)
-    do = torch.randn_like(d["v"])
+    d, do = case(text, dname)
     per = {n: kernel_times(fn, d, do) for n, fn in fns.items()}
     for t in d.values():
         t.grad = None
@@ -116,9 +119,15 @@ def intra_bwd_sweep(spec: str, configs: str, text: str) -> list[str]:
     """`config_sweep` of the chunk-local backward's configurations `configs` ("BK,BV,warps,stages;...") at `text`
     (SHAPE[:dtype], bf16 by default)."""
     names = ("BK", "BV", "num_warps", "num_stages")
-    entries = [dict(zip(names, c.split(","), strict=True)) for c in configs.split(";")]
-    return config_sweep(spec, f"intra.intra_bwd_config@{text}="
-                        + ";".join(",".join(f"{f}={v}" for f, v in e.items()) for e in entries))
+    entries = [{f: int(v) for f, v in zip(names, c.split(","), strict=True)} for c in configs.split(";")]
+    return config_sweep(spec, "intra.intra_bwd_config", text, entries)
+
+
+def parse_sweep(text: str) -> tuple[str, str, list[dict]]:
+    """"MODULE.FUNC@SHAPE[:dtype]=FIELD=VALUE,...;..." -> (MODULE.FUNC, SHAPE[:dtype], one {FIELD: VALUE} per entry)."""
+    target, _, configs = text.partition("=")
+    func, _, where = target.partition("@")
+    return func, where, [{f: int(v) for f, v in (x.split("=") for x in c.split(","))} for c in configs.split(";")]
 
 
 def replace(cfg, **fields):
@@ -126,31 +135,29 @@ def replace(cfg, **fields):
     return cfg._replace(**fields) if hasattr(cfg, "_replace") else dataclasses.replace(cfg, **fields)
 
 
-def config_sweep(spec: str, text: str) -> list[str]:
-    """fwd+bwd time of package `spec` (NAME=DIR:MODULE) with the configurations of `text`
-    ("MODULE.FUNC@SHAPE[:dtype]=FIELD=VALUE,...;..."), the table's own first."""
-    name, where = spec.split("=", 1)
-    package = where.split(":", 1)[1]
-    target, _, configs = text.partition("=")
-    func, _, shape_text = target.partition("@")
+def config_sweep(spec: str, func: str, where: str, entries: list[dict]) -> list[str]:
+    """fwd+bwd time of package `spec` (NAME=DIR:MODULE) at `where` (SHAPE[:dtype], bf16 by default) with its launch
+    configuration function `func` ("MODULE.FUNC", e.g. "state.state_config") returning the table's configuration with
+    the fields of each entry replaced, the table's own first."""
+    name, path = spec.split("=", 1)
+    package = path.split(":", 1)[1]
     mod_name, _, fn_name = func.rpartition(".")
     mod = importlib.import_module(f"{package}.{mod_name}")
     table = getattr(mod, fn_name)
-    shape, _, dname = shape_text.partition(":")
-    B, T, H, K = shape_of(shape)
-    d = inputs(B, T, H, DTYPES[dname or "bf16"], K=K, V=K)
-    do = torch.randn_like(d["v"])
+    shape, _, dname = where.partition(":")
+    dname = dname or "bf16"
+    d, do = case(shape, dname)
     fn = importlib.import_module(package).chunk_kda
-    rows = [f"{name}: {func} configurations, {shape} {dname or 'bf16'} fwd+bwd", "| config | ms |", "|---|---:|"]
-    for cfg in [None, *configs.split(";")]:
-        fields = {} if cfg is None else {f: int(v) for f, v in (x.split("=") for x in cfg.split(","))}
+    rows = [f"{name}: {func} configurations, {shape} {dname} fwd+bwd", "| config | ms |", "|---|---:|"]
+    for fields in [{}, *entries]:
         setattr(mod, fn_name, lambda *a, fields=fields: replace(table(*a), **fields))
         try:
             step(fn, d, do)
             ms = f"{do_bench(lambda: step(fn, d, do), warmup=50, rep=300, grad_to_none=list(d.values())):.3f}"
         except Exception as exc:  # a configuration this GPU cannot run
             ms = f"failed: {type(exc).__name__}"
-        rows.append(f"| {cfg or 'table'} | {ms} |")
+        label = ",".join(f"{f}={v}" for f, v in fields.items()) or "table"
+        rows.append(f"| {label} | {ms} |")
         print(rows[-1], flush=True)
     setattr(mod, fn_name, table)
     return rows
@@ -187,7 +194,7 @@ def main():
     if args.intra_bwd_configs:
         sections.append(lambda: intra_bwd_sweep(args.pkg[-1], args.intra_bwd_configs, sweep_shape))
     for text in args.sweep:
-        sections.append(lambda text=text: config_sweep(args.pkg[-1], text))
+        sections.append(lambda text=text: config_sweep(args.pkg[-1], *parse_sweep(text)))
     if args.errors:
         sections.append(lambda: errors(fns))
     sections.append(lambda: ["bit-identical reruns (Kimi bf16 case): "
