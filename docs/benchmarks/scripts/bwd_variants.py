@@ -4,12 +4,15 @@ reruns.
 
     python3 docs/benchmarks/scripts/bwd_variants.py --pkg base=.var/base:triton_kda_base --pkg new=.:triton_kda
         [--shapes B2-T8192-H32,...] [--dtypes bf16] [--rounds 3] [--profile B2-T8192-H32[:fp16],...] [--errors]
-        [--sweep "state.state_config@B2-T8192-H16-K256:bf16=BV=16,num_warps=8;BV=64"]
+        [--sweep "state.state_config@B2-T8192-H16-K256:bf16=BV=16,num_warps=8;BV=64"] [--memory]
 
 `--sweep MODULE.FUNC@SHAPE[:dtype]=FIELD=VALUE,...;...` (repeatable) times fwd+bwd of the last --pkg with the launch
 configuration function FUNC of its module MODULE (e.g. `intra.intra_bwd_config`, `state.state_config`) returning
 the table's configuration with the given fields replaced, one configuration per `;`-separated entry, the table's own
 first.
+
+`--memory` adds each package's peak memory of one fwd+bwd step (above the inputs, `benchmarks.timing.peak_memory_gib`)
+on every shape and dtype timed.
 
 A shape is B-T-H with an optional head dim K (K = V, default 128): `B2-T8192-H16-K256`.
 
@@ -35,6 +38,8 @@ sys.path.insert(0, os.getcwd())
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bwd_before_after import inputs, kernel_times, step  # noqa: E402
+
+from benchmarks.timing import peak_memory_gib  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -77,6 +82,27 @@ def timings(fns: dict, shapes: list, dtypes: list, rounds: int) -> list[str]:
             rows.append(f"| {text} | {dname} | {' | '.join(f'{med[n]:.3f}' for n in names)} | "
                         f"{' | '.join(f'{med[n] / med[names[0]]:.3f}' for n in names[1:])} |")
             print(rows[-1], flush=True)
+            del d, do
+            torch.cuda.empty_cache()
+    return rows
+
+
+def memory(fns: dict, shapes: list, dtypes: list) -> list[str]:
+    """Peak memory (GiB above the inputs) of one fwd+bwd step of every package, after a warm-up step."""
+    names = list(fns)
+    rows = [f"| shape | dtype | {' | '.join(f'{n} peak GiB' for n in names)} |", "|---|---|" + "---:|" * len(names)]
+    for dname in dtypes:
+        for text in shapes:
+            d, do = case(text, dname)
+            peaks = {}
+            for n, fn in fns.items():
+                step(fn, d, do)
+                for t in d.values():
+                    t.grad = None
+                peaks[n] = peak_memory_gib(lambda fn=fn, d=d, do=do: step(fn, d, do), do.device)
+                for t in d.values():
+                    t.grad = None
+            rows.append(f"| {text} | {dname} | {' | '.join(f'{peaks[n]:.3f}' for n in names)} |")
             del d, do
             torch.cuda.empty_cache()
     return rows
@@ -180,6 +206,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", default=None, help="SHAPE[:dtype],... kernel times per package")
     ap.add_argument("--errors", action="store_true")
+    ap.add_argument("--memory", action="store_true", help="peak memory of one fwd+bwd step per package and shape")
     ap.add_argument("--intra-bwd-configs", default=None, help="BK,BV,warps,stages;... tried on the last --pkg")
     ap.add_argument("--sweep", action="append", default=[],
                     help="MODULE.FUNC@SHAPE[:dtype]=FIELD=VALUE,...;... tried on the last --pkg (repeatable)")
@@ -195,6 +222,8 @@ def main():
         sections.append(lambda: intra_bwd_sweep(args.pkg[-1], args.intra_bwd_configs, sweep_shape))
     for text in args.sweep:
         sections.append(lambda text=text: config_sweep(args.pkg[-1], *parse_sweep(text)))
+    if args.memory:
+        sections.append(lambda: memory(fns, args.shapes.split(","), args.dtypes.split(",")))
     if args.errors:
         sections.append(lambda: errors(fns))
     sections.append(lambda: ["bit-identical reruns (Kimi bf16 case): "
