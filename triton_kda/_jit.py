@@ -37,37 +37,10 @@ def _tf32_operand(x, PREC: tl.constexpr):
 
 
 @triton.jit
-def _split_tf32(x):
-    """fp32 x as hi + lo, both TF32 values (`_rn_tf32`), lo = x - hi rounded: x to about 2^-22 relative."""
-    hi = _rn_tf32(x)
-    return hi, _rn_tf32(x - hi)
-
-
-@triton.jit
-def _dot_tf32x3(a, b, acc):
-    """a b (+ acc) as three TF32 products of the operands' TF32 parts: a_lo b_hi + a_hi b_lo, then a_hi b_hi, the
-    scheme of Triton's "tf32x3". Every part is a TF32 value, so each product reads its operands exactly, whichever
-    way the compiler hands them to the tensor cores: Triton's own tf32x3 leaves the low parts' extra bits to the
-    hardware, and an operand taken from registers and one loaded from memory gave different sums (the WY recompute
-    and the intra forward, fp32 on an H100, 2026-11-25). Non-finite partial sums (inf operands: inf - inf parts)
-    are zeroed before the high product, as Triton's are."""
-    a_hi, a_lo = _split_tf32(a.to(tl.float32))
-    b_hi, b_lo = _split_tf32(b.to(tl.float32))
-    out = tl.dot(a_lo, b_hi, input_precision="tf32")
-    out = tl.dot(a_hi, b_lo, out, input_precision="tf32")
-    out = tl.dot(a_hi, b_hi, tl.where(out == out, out, 0.0), input_precision="tf32")
-    if acc is not None:
-        out += acc
-    return out
-
-
-@triton.jit
 def _dot_exact(a, b, acc, PREC: tl.constexpr):
     """`_dot` for operands that TF32 holds exactly (`_tf32_operand`'s results, fp16 values cast to fp32)."""
     if PREC == "tf32rn":
         out = tl.dot(a, b, acc, input_precision="tf32")
-    elif PREC == "tf32x3":
-        out = _dot_tf32x3(a, b, acc)
     else:
         out = tl.dot(a, b, acc, input_precision=PREC)
     return out
@@ -75,8 +48,8 @@ def _dot_exact(a, b, acc, PREC: tl.constexpr):
 
 @triton.jit
 def _dot(a, b, acc, PREC: tl.constexpr):
-    """tl.dot(a, b, acc) at input precision PREC ("ieee", "tf32", "tf32x3": `_dot_tf32x3`, or "tf32rn": TF32 on fp32
-    operands first rounded to the nearest TF32 value by `_rn_tf32`). acc may be None."""
+    """tl.dot(a, b, acc) at input precision PREC ("ieee", "tf32x3", "tf32", or "tf32rn": TF32 on fp32 operands first
+    rounded to the nearest TF32 value by `_rn_tf32`). acc may be None."""
     return _dot_exact(_tf32_operand(a, PREC), _tf32_operand(b, PREC), acc, PREC)
 
 
