@@ -65,6 +65,12 @@ def case(shape: str, dname: str) -> tuple[dict, torch.Tensor]:
     return d, torch.randn_like(d["v"])
 
 
+def clear_grads(d: dict) -> None:
+    """Drop the leaves' accumulated gradients (a step accumulates into .grad)."""
+    for t in d.values():
+        t.grad = None
+
+
 def timings(fns: dict, shapes: list, dtypes: list, rounds: int) -> list[str]:
     names = list(fns)
     ratios = " | ".join(f"{n} / {names[0]}" for n in names[1:])
@@ -97,11 +103,9 @@ def memory(fns: dict, shapes: list, dtypes: list) -> list[str]:
             peaks = {}
             for n, fn in fns.items():
                 step(fn, d, do)
-                for t in d.values():
-                    t.grad = None
+                clear_grads(d)
                 peaks[n] = peak_memory_gib(lambda fn=fn, d=d, do=do: step(fn, d, do), do.device)
-                for t in d.values():
-                    t.grad = None
+                clear_grads(d)
             rows.append(f"| {text} | {dname} | {' | '.join(f'{peaks[n]:.3f}' for n in names)} |")
             del d, do
             torch.cuda.empty_cache()
@@ -114,8 +118,7 @@ def profile(fns: dict, text: str) -> list[str]:
     dname = dname or "bf16"
     d, do = case(text, dname)
     per = {n: kernel_times(fn, d, do) for n, fn in fns.items()}
-    for t in d.values():
-        t.grad = None
+    clear_grads(d)
     keys = sorted({k for p in per.values() for k in p}, key=lambda k: -max(p.get(k, 0) for p in per.values()))
     rows = [f"{text} {dname}, us per fwd+bwd step (torch.profiler, 10 steps; grads accumulate into .grad)",
             f"| kernel | {' | '.join(per)} |", "|---|" + "---:|" * len(per)]

@@ -27,7 +27,7 @@ sys.path.insert(0, os.getcwd())
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bwd_before_after import kernel_times, step  # noqa: E402
-from bwd_variants import case, load  # noqa: E402
+from bwd_variants import case, clear_grads, load  # noqa: E402
 
 
 def copy_bandwidth() -> float:
@@ -57,8 +57,7 @@ def launch_bytes(fn, d, do) -> dict:
         torch.cuda.synchronize()
     finally:
         triton.runtime.jit.JITFunction.run = run
-    for t in d.values():
-        t.grad = None
+    clear_grads(d)
     return out
 
 
@@ -80,8 +79,7 @@ def main():
     for name, fn in fns.items():
         nbytes = launch_bytes(fn, d, do)
         times = kernel_times(fn, d, do)
-        for t in d.values():
-            t.grad = None
+        clear_grads(d)
         tot_us = tot_floor = 0.0  # over the Triton kernels
         for k, us in sorted(times.items(), key=lambda kv: -kv[1]):
             b = nbytes.get(k)
