@@ -170,9 +170,13 @@ DETERMINISM = [
 ]
 
 
+@pytest.mark.parametrize("dtype", [
+    torch.float32, torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)], ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("params", DETERMINISM, ids=[case_id(**p) for p in DETERMINISM])
-def test_recompute_and_repeat_bit_identical(params):
-    d, chunk_size, _ = _inputs(params, torch.float32, seed=3)
+def test_recompute_and_repeat_bit_identical(params, dtype):
+    """The backward's recompute (w, u, h, v_new from what the forward saved) gives the gradients of
+    `disable_recompute` bit for bit, and a rerun repeats them."""
+    d, chunk_size, _ = _inputs(params, dtype, seed=3)
     do, dht = _cotangents(d, seed=3)
     runs = [_kernel_grads(d, chunk_size, keep, do, dht) for keep in (False, True, False)]
     for other in runs[1:]:

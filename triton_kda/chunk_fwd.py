@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from triton_kda.configs import capturing, cdiv
 from triton_kda.intra import intra_fwd
 from triton_kda.state import StateOut
-from triton_kda.wy import IntraOut
+from triton_kda.wy import IntraOut, wy_recompute
 
 
 class ChunkPlan(NamedTuple):
@@ -89,15 +89,27 @@ def _fixed_plan(B: int, T: int, BT: int, device: torch.device) -> ChunkPlan:
 
 def intra_stage(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan, BT: int, flags: dict, *,
                 store_aux: bool) -> IntraOut:
-    """`intra_fwd` on [B, T, ...] inputs (flattened here), A_log / dt_bias in any shape, with chunk_kda's flags."""
-    return intra_fwd(q.flatten(0, 1).contiguous(), k.flatten(0, 1).contiguous(), v.flatten(0, 1).contiguous(),
-                     g.flatten(0, 1).contiguous(), beta.flatten(0, 1).contiguous(),
-                     A_log.reshape(-1) if A_log is not None else None,
-                     dt_bias.reshape(-1) if dt_bias is not None else None,
-                     scale, plan, BT, use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"],
-                     use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
-                     use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
-                     allow_neg_eigval=flags["allow_neg_eigval"], store_aux=store_aux)
+    """`intra_fwd` on [B, T, ...] inputs (flattened here), A_log / dt_bias in any shape, with chunk_kda's flags.
+
+    fp32 inputs with store_aux (a backward may follow) take w, u, qg, kg and gl from `wy_recompute`, the kernel that
+    the backward's recompute runs, instead of the intra kernel's own products: on an H100 the two compile fp32 products
+    with Akk from registers and from shared memory and part ways by up to 4.8e-7 (docs/benchmarks/NOTES.md,
+    2026-11-25), so the recompute would not match the forward (and `disable_recompute`) bit for bit. 16-bit inputs
+    match without it."""
+    flat = [x.flatten(0, 1).contiguous() for x in (q, k, v, g)]
+    A_log = A_log.reshape(-1) if A_log is not None else None
+    dt_bias = dt_bias.reshape(-1) if dt_bias is not None else None
+    via_wy = store_aux and q.dtype == torch.float32
+    intra = intra_fwd(*flat, beta.flatten(0, 1).contiguous(), A_log, dt_bias, scale, plan, BT,
+                      use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"],
+                      use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
+                      use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
+                      allow_neg_eigval=flags["allow_neg_eigval"], store_aux=store_aux, wy_out=not via_wy)
+    if via_wy:
+        intra = wy_recompute(*flat, A_log, dt_bias, intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk,
+                             scale, plan, BT, use_gate_in_kernel=flags["use_gate_in_kernel"],
+                             lower_bound=flags["lower_bound"])
+    return intra
 
 
 def saved_intermediates(intra: IntraOut, st: StateOut, *, keep: bool, grad: bool) -> tuple:

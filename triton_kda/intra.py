@@ -114,12 +114,13 @@ def _kda_intra_fwd_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     USE_L2NORM: tl.constexpr, GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
     BETA_SIGMOID: tl.constexpr, BETA_SCALE: tl.constexpr, STORE_AUX: tl.constexpr, IS_BF16: tl.constexpr,
-    PREC: tl.constexpr, EXACT_ROWS: tl.constexpr,
+    PREC: tl.constexpr, EXACT_ROWS: tl.constexpr, WY_OUT: tl.constexpr,
 ):
     """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (flattened varlen layout).
-    Writes Aqk [TT, HV, BT] (bf16 for bf16 inputs, else fp32), w/qg/kg [TT, HV, K] and u [TT, HV, V] in the input
-    dtype, gl [NT, HV, K] fp32 (G of each chunk's last token); with STORE_AUX also rstd_q/rstd_k/beta_act [TT, HV]
-    fp32 and Akk [TT, HV, BT] (Aqk's dtype: the operand the forward's products used) for the backward."""
+    Writes Aqk [TT, HV, BT] (bf16 for bf16 inputs, else fp32) and, with WY_OUT, w/qg/kg [TT, HV, K] and u [TT, HV, V]
+    in the input dtype and gl [NT, HV, K] fp32 (G of each chunk's last token; without WY_OUT none of these five is
+    touched); with STORE_AUX also rstd_q/rstd_k/beta_act [TT, HV] fp32 and Akk [TT, HV, BT] (Aqk's dtype: the operand
+    the forward's products used) for the backward."""
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
     i_h = i_hv // (HV // H)
     bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
@@ -172,8 +173,6 @@ def _kda_intra_fwd_kernel(
         b_qn = tl.load(p_qs, boundary_check=(0, 1))
         b_kn = tl.load(p_ks, boundary_check=(0, 1))
         b_gn = _gate_tile(g, bos, T, t0, i_hv, i_k + 1, HV, K, BT, BK)
-        b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
-        tl.store(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_Gl, mask=o_k < K)
         # G at each block's first row (the anchors) [NC, BK], by reductions over the [NC, BC, BK] view (cheaper than
         # tl.gather, NOTES.md), and D = G - G_anchor <= 0 for every row
         b_G3 = tl.reshape(b_G, (NC, BC, BK))
@@ -193,23 +192,29 @@ def _kda_intra_fwd_kernel(
             rows = (blk == r)[:, None]
             b_Aqk += _dot_exact(_op(tl.where(rows, b_qa, 0.0), IS_BF16), b_kc, None, PREC)
             b_L += _dot_exact(_op(tl.where(rows, b_ka, 0.0), IS_BF16), b_kc, None, PREC)
-        b_eG = tl.exp2(b_G)
-        b_k = b_k * b_rk[:, None]
-        b_q = b_q * (b_rq * scale)[:, None]
-        b_w = b_k * b_beta[:, None] * b_eG
-        b_kg = tl.where(m_t[:, None], b_k * tl.exp2(b_Gl[None, :] - b_G), 0.0)
-        p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        tl.store(p_w, b_w.to(p_w.dtype.element_ty), boundary_check=(0, 1))
-        tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
-        tl.store(p_kg, b_kg.to(p_kg.dtype.element_ty), boundary_check=(0, 1))
-    for i_v in range(tl.cdiv(V, BV)):
-        p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        b_v = tl.load(p_v, boundary_check=(0, 1)).to(tl.float32) * b_beta[:, None]
-        # u's right operand, parked in u like w's
-        tl.store(p_u, b_v.to(p_u.dtype.element_ty), boundary_check=(0, 1))
+        if WY_OUT:
+            b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
+            tl.store(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_Gl, mask=o_k < K)
+            b_eG = tl.exp2(b_G)
+            b_k = b_k * b_rk[:, None]
+            b_q = b_q * (b_rq * scale)[:, None]
+            b_w = b_k * b_beta[:, None] * b_eG
+            b_kg = tl.where(m_t[:, None], b_k * tl.exp2(b_Gl[None, :] - b_G), 0.0)
+            p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+            p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
+                                     (1, 0))
+            p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
+                                     (1, 0))
+            tl.store(p_w, b_w.to(p_w.dtype.element_ty), boundary_check=(0, 1))
+            tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
+            tl.store(p_kg, b_kg.to(p_kg.dtype.element_ty), boundary_check=(0, 1))
+    if WY_OUT:
+        for i_v in range(tl.cdiv(V, BV)):
+            p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+            p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
+            b_v = tl.load(p_v, boundary_check=(0, 1)).to(tl.float32) * b_beta[:, None]
+            # u's right operand, parked in u like w's
+            tl.store(p_u, b_v.to(p_u.dtype.element_ty), boundary_check=(0, 1))
     if EXACT_ROWS:
         exact = rng > RANGE_MAX
         if tl.max(exact.to(tl.int32), axis=0) > 0:
@@ -254,34 +259,36 @@ def _kda_intra_fwd_kernel(
         tl.store(beta_act + p_row_hv, b_beta, mask=m_t)
         p_X = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
         tl.store(p_X, tl.where(m_tt, b_X, 0.0).to(p_X.dtype.element_ty), boundary_check=(0, 1))
-    b_Xop = _tf32_operand(_op(b_X, IS_BF16), PREC)
-
     # ---- w = Akk (beta kn 2^G), u = Akk (beta v) from the operands parked in w and u -----------------------------
-    tl.debug_barrier()  # other threads of the program stored them
-    # unrolled over the NK slices of w, then the NV slices of u: one conversion of Akk to the product's operand layout
-    # serves every slice, and each slice's operand is loaded before the previous slice's result is stored
-    NV: tl.constexpr = (V + BV - 1) // BV
-    p_nxt = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-    b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
-    for j in tl.static_range(NK + NV):
-        p_cur, b_cur = p_nxt, b_nxt
-        if j + 1 < NK:
-            p_nxt = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, (j + 1) * BK), (BT, BK),
-                                      (1, 0))
-            b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
-        elif j + 1 < NK + NV:
-            p_nxt = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, (j + 1 - NK) * BV),
-                                      (BT, BV), (1, 0))
-            b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
-        b_res = _dot_exact(b_Xop, _op(b_cur, IS_BF16), None, PREC)  # b_cur: stored in the input dtype
-        tl.store(p_cur, b_res.to(p_cur.dtype.element_ty), boundary_check=(0, 1))
+    if WY_OUT:
+        b_Xop = _tf32_operand(_op(b_X, IS_BF16), PREC)
+        tl.debug_barrier()  # other threads of the program stored them
+        # unrolled over the NK slices of w, then the NV slices of u: one conversion of Akk to the product's operand
+        # layout serves every slice, and each slice's operand is loaded before the previous slice's result is stored
+        NV: tl.constexpr = (V + BV - 1) // BV
+        p_nxt = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+        b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
+        for j in tl.static_range(NK + NV):
+            p_cur, b_cur = p_nxt, b_nxt
+            if j + 1 < NK:
+                p_nxt = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, (j + 1) * BK), (BT, BK),
+                                          (1, 0))
+                b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
+            elif j + 1 < NK + NV:
+                p_nxt = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, (j + 1 - NK) * BV),
+                                          (BT, BV), (1, 0))
+                b_nxt = tl.load(p_nxt, boundary_check=(0, 1))
+            b_res = _dot_exact(b_Xop, _op(b_cur, IS_BF16), None, PREC)  # b_cur: stored in the input dtype
+            tl.store(p_cur, b_res.to(p_cur.dtype.element_ty), boundary_check=(0, 1))
 
 
 def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, BT: int, *,
               use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, lower_bound: float | None,
-              use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool, store_aux: bool = False) -> IntraOut:
+              use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool, store_aux: bool = False,
+              wy_out: bool = True) -> IntraOut:
     """q, k: [TT, H, K]; v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (contiguous, flattened).
-    store_aux also writes what the backward reuses (rstd_q, rstd_k, beta, Akk)."""
+    store_aux also writes what the backward reuses (rstd_q, rstd_k, beta, Akk); without wy_out, w, u, qg, kg and gl
+    are None (`wy_recompute` forms them from the aux outputs)."""
     TT, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     dev, dt = q.device, q.dtype
@@ -290,9 +297,11 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, BT: int, *,
     a_dt = dt if dt == torch.bfloat16 else torch.float32
     out = IntraOut(
         Aqk=torch.empty(TT, HV, BT, device=dev, dtype=a_dt),
-        w=torch.empty(TT, HV, K, device=dev, dtype=dt), u=torch.empty(TT, HV, V, device=dev, dtype=dt),
-        qg=torch.empty(TT, HV, K, device=dev, dtype=dt), kg=torch.empty(TT, HV, K, device=dev, dtype=dt),
-        gl=torch.empty(plan.NT, HV, K, **f32),
+        w=torch.empty(TT, HV, K, device=dev, dtype=dt) if wy_out else None,
+        u=torch.empty(TT, HV, V, device=dev, dtype=dt) if wy_out else None,
+        qg=torch.empty(TT, HV, K, device=dev, dtype=dt) if wy_out else None,
+        kg=torch.empty(TT, HV, K, device=dev, dtype=dt) if wy_out else None,
+        gl=torch.empty(plan.NT, HV, K, **f32) if wy_out else None,
         rstd_q=torch.empty(TT, HV, **f32) if store_aux else None,
         rstd_k=torch.empty(TT, HV, **f32) if store_aux else None,
         beta=torch.empty(TT, HV, **f32) if store_aux else None,
@@ -303,20 +312,20 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, BT: int, *,
     def launch(cfg):
         _kda_intra_fwd_kernel[(plan.NT, HV)](
             q, k, v, g, beta, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
-            *(x if x is not None else out.gl for x in out), plan.cu_seqlens, plan.chunk_indices, scale,
+            *(x if x is not None else out.Aqk for x in out), plan.cu_seqlens, plan.chunk_indices, scale,
             lower_bound if lower_bound is not None else 0.0,
             H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,
             USE_L2NORM=use_qk_l2norm_in_kernel, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
             HAS_DT_BIAS=gate > 0 and dt_bias is not None, BETA_SIGMOID=use_beta_sigmoid_in_kernel,
             BETA_SCALE=2.0 if allow_neg_eigval else 1.0, STORE_AUX=store_aux, IS_BF16=dt == torch.bfloat16,
-            PREC=precision_of(dt), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            PREC=precision_of(dt), WY_OUT=wy_out, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             # the lower-bound gate keeps every BC-row block's gate range under RANGE_MAX when
             # (BC - 1) |lower_bound| log2(e) does (safe gates: 108.2 < 110): no exact rows, no range check
             EXACT_ROWS=not (gate == GATE_LOWER_BOUND
                             and -lower_bound * (cfg.BC - 1) / math.log(2) <= RANGE_MAX.value - 1),
         )
 
-    key = ("intra_fwd", arch, dt, K, V, BT, H, HV, pow2_ceil(plan.NT), gate, store_aux)
+    key = ("intra_fwd", arch, dt, K, V, BT, H, HV, pow2_ceil(plan.NT), gate, store_aux, wy_out)
     launch(tuned(key, intra_config(arch, K, V), intra_candidates(arch, K, V), launch))
     return out
 
