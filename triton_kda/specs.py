@@ -62,9 +62,12 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                             "scale": "fp32", "lower_bound": "fp32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=ic.BC, BK=ic.BK, BV=ic.BV, USE_L2NORM=True, GATE=2,
                           HAS_A_LOG=True, HAS_DT_BIAS=True, BETA_SIGMOID=True, BETA_SCALE=1.0, STORE_AUX=True,
-                          IS_BF16=is_bf16, PREC=prec, EXACT_ROWS=True)
+                          IS_BF16=is_bf16, PREC=prec, EXACT_ROWS=True, WY_OUT=True)
                 specs.append(CompileSpec(f"intra_fwd K{K} V{V} BT{BT} {dname}", _kda_intra_fwd_kernel, sig, ce,
                                          ic.num_warps, ic.num_stages))
+                if dtype == torch.float32:  # fp32 training forwards leave w, u, qg, kg and gl to the WY kernel
+                    specs.append(CompileSpec(f"intra_fwd K{K} V{V} BT{BT} {dname} no-WY", _kda_intra_fwd_kernel, sig,
+                                             dict(ce, WY_OUT=False), ic.num_warps, ic.num_stages))
                 fc = wy_fwd_config(arch, K, V)
                 sig = {n: f"*{ty}" for n in ("q", "k", "v", "g", "w", "u", "qg", "kg")}
                 sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "rstd_q", "rstd_k", "beta_act", "gl")})
