@@ -23,7 +23,8 @@ from pathlib import Path
 from cuda_fast.targets import CAPABILITY_TARGETS, TARGETS
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("kda_fwd.cu",)
+SOURCES = ("kda_fwd.cu", "kda_intra_bwd.cu")
+HEADERS = ("common.cuh",)
 COMPILE_FLAGS = ("-O3", "-std=c++17", "--expt-relaxed-constexpr")
 FLAGS = (*COMPILE_FLAGS, "-Xcompiler", "-fPIC")  # the shared library's
 CACHE_ENV = "TRITON_KDA_CUDA_CACHE"
@@ -79,7 +80,7 @@ def library(target: str) -> Path:
     key = hashlib.sha256()
     for part in (nvcc_version(nvcc), target, *flags):
         key.update(part.encode())
-    for src in sources:
+    for src in (*sources, *(CSRC / name for name in HEADERS)):
         key.update(src.read_bytes())
     out = cache_dir() / f"kda_cuda_sm{target}_{key.hexdigest()[:16]}.so"
     if out.is_file():

@@ -13,13 +13,13 @@ cu_seqlens).
 from __future__ import annotations
 
 import ctypes
-import functools
 import math
 import os
 from typing import NamedTuple
 
 import torch
 
+from cuda_fast.library import load_library
 from cuda_fast.targets import CAPABILITY_TARGETS
 from triton_kda.backends import Backend
 from triton_kda.chunk_fwd import plan_chunks
@@ -93,30 +93,6 @@ def block_v(N: int, HV: int, device: torch.device) -> int:
     return 64 if N * HV * (D // 64) >= sm_count(device) else 32
 
 
-class _Library:
-    def __init__(self, path):
-        self.lib = ctypes.CDLL(str(path))
-        self.lib.kda_fwd.restype = ctypes.c_int
-        self.lib.kda_fwd.argtypes = [ctypes.POINTER(FwdArgs), ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
-        self.lib.kda_fwd_args_size.restype = ctypes.c_int
-        size = self.lib.kda_fwd_args_size()
-        if size != ctypes.sizeof(FwdArgs):
-            raise RuntimeError(f"{path}: FwdArgs is {size} bytes in the library, {ctypes.sizeof(FwdArgs)} in Python")
-
-    def __call__(self, args: FwdArgs, stream: int) -> None:
-        err = ctypes.create_string_buffer(512)
-        if self.lib.kda_fwd(ctypes.byref(args), ctypes.c_void_p(stream), err, len(err)) != 0:
-            raise RuntimeError(err.value.decode(errors="replace"))
-
-
-@functools.cache
-def load_library(target: str) -> _Library:
-    """The built library for a target ("90a" or "100a"); builds it on first use."""
-    from cuda_fast.build import library  # imported on first use: `python -m cuda_fast.build` runs it as __main__
-
-    return _Library(library(target))
-
-
 class Workspace(NamedTuple):
     """The intra stage's outputs, chunk-padded and head-major (rows past a sequence end are zero); NT counts
     16-token chunks (``triton_kda.chunk_fwd.plan_chunks`` with BT = 16)."""
@@ -150,7 +126,7 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
     cc = torch.cuda.get_device_capability(dev)
     if cc not in CAPABILITY_TARGETS:
         raise RuntimeError(f"the {NAME} backend has no build for compute capability {cc[0]}.{cc[1]}")
-    lib = load_library(CAPABILITY_TARGETS[cc])
+    lib = load_library(CAPABILITY_TARGETS[cc]).entry("kda_fwd", FwdArgs)
     plan = plan_chunks(B, T, BT, dev, p.seqlens_cpu, cu_seqlens)
     NT = plan.NT
     bf16 = dict(device=dev, dtype=torch.bfloat16)
@@ -195,7 +171,7 @@ def chunk_kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, p
 def _load():
     """Build (or find in the cache) the library for the current device when the backend is first chosen: a build
     that fails removes the backend, with nvcc's message as the reason."""
-    load_library(CAPABILITY_TARGETS[torch.cuda.get_device_capability()])
+    load_library(CAPABILITY_TARGETS[torch.cuda.get_device_capability()]).entry("kda_fwd", FwdArgs)
     return chunk_kda_fwd
 
 

@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from triton_kda import backends
 from triton_kda._jit import (
     _chunk_coords,
     _chunk_rows,
@@ -49,6 +50,7 @@ from triton_kda.configs import (
 from triton_kda.gate import GATE_LOWER_BOUND, _gate_cumsum, _gate_cumsum_of, _gate_tile, gate_bwd, gate_mode
 from triton_kda.wy import IntraOut, WYBwdOut
 
+BWD_OP = "kda_intra_bwd"  # the chunk-local backward's op name in the backend registry
 RANGE_MAX = tl.constexpr(110.0)  # log2 units: 2^110 * |k| stays far inside the fp32/bf16 range
 
 
@@ -712,14 +714,32 @@ class IntraBwdOut(NamedTuple):
     ddt_bias_part: torch.Tensor | None  # [NT, HV, K] fp32 per-chunk partials of ddt_bias (with dt_bias)
 
 
-def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
-              scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
-              prec: str, prec_state: str, span: bool) -> IntraBwdOut:
-    """Launch `_kda_intra_bwd_span_kernel` (span) or `_kda_intra_bwd_kernel` on the (NT * NC, HV, NK) grid, then
-    `_kda_gate_bwd_kernel` on (NT, HV, NK); shapes as in their docstrings (contiguous, flattened to TT tokens); A_log
-    [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; wy: `wy_bwd`'s outputs."""
+class IntraLocalOut(NamedTuple):
+    """The chunk-local kernel's outputs: what `gate_bwd` sums (dD, dW, BC) and the per-v-head partials."""
+    dq: torch.Tensor     # [TT, HV, K] fp32, per v-head partials w.r.t. the normalised q
+    dk: torch.Tensor     # [TT, HV, K] fp32, per v-head partials w.r.t. the normalised k
+    dD: torch.Tensor     # [TT, HV, K] fp32, the gate gradient's row terms (E of the E-form)
+    dW: torch.Tensor     # E-form: [TT, HV, K] fp32 (F); span: [NT, NC + 1, NC + 1, HV, K] fp32
+    dbeta: torch.Tensor  # [NK, TT, HV] fp32, per-K-slice beta gradient through w and L
+    BC: int              # the span form's block rows (gate_bwd's BC), 0 for the E-form
+
+
+def intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do, scale: float, plan,
+                    BT: int, *, gate: int, state_v_first: bool, prec: str, prec_state: str,
+                    span: bool) -> IntraLocalOut:
+    """The chunk-local backward: `_kda_intra_bwd_span_kernel` (span) or `_kda_intra_bwd_kernel` on the
+    (NT * NC, HV, NK) grid; shapes as in their docstrings (contiguous, flattened to TT tokens); gate: the GATE
+    constexpr (part of the launch-table key); wy: `wy_bwd`'s outputs. The kernel is op `kda_intra_bwd` of the backend
+    registry: a compiled backend that takes the call (cuda_fast.sm90_bwd: bf16 training on sm_90 / sm_100) replaces
+    `_kda_intra_bwd_kernel`, and `backend_report()` says which ran and why."""
     TT, H, K = q.shape
-    HV, V = g.shape[1], v_new.shape[2]
+    HV, V = Gc.shape[1], v_new.shape[2]
+    args = dict(q=q, h=h, dh=dh, do=do, v_new=v_new, K=K, V=V, BT=BT, HV=HV, state_v_first=state_v_first, span=span)
+    backend = backends.select(BWD_OP, args, q.device)
+    if backend.fn is not None:
+        dq, dk, dE, dF, dbeta = backend.fn(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk,
+                                           wy.dL, plan, scale)
+        return IntraLocalOut(dq, dk, dE, dF, dbeta, 0)
     arch = arch_of(q.device)
     f32 = dict(device=q.device, dtype=torch.float32)
     dq, dk, dD = (torch.empty(TT, HV, K, **f32) for _ in range(3))
@@ -743,6 +763,16 @@ def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, 
     key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, pow2_ceil(plan.NT), gate, span)
     cfg = tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch)
     dbeta, dW = launch(cfg)
-    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT, cfg.BC if span else 0,
-                                              gate=gate, lower_bound=lower_bound)
-    return IntraBwdOut(dq, dk, dg, dbeta, dA_log_part, ddt_bias_part)
+    return IntraLocalOut(dq, dk, dD, dW, dbeta, cfg.BC if span else 0)
+
+
+def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
+              scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
+              prec: str, prec_state: str, span: bool) -> IntraBwdOut:
+    """`intra_local_bwd`, then `_kda_gate_bwd_kernel` on (NT, HV, NK) (gate.py's `gate_bwd`); A_log [HV] and
+    dt_bias [HV * K] or None; the rest as in `intra_local_bwd`."""
+    lo = intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy, do, scale, plan, BT, gate=gate,
+                         state_v_first=state_v_first, prec=prec, prec_state=prec_state, span=span)
+    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, lo.dD, lo.dW, plan, BT, lo.BC, gate=gate,
+                                              lower_bound=lower_bound)
+    return IntraBwdOut(lo.dq, lo.dk, dg, lo.dbeta, dA_log_part, ddt_bias_part)

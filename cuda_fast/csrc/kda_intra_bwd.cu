@@ -1,0 +1,434 @@
+// KDA chunk-local backward (training) for sm_90a / sm_100a: bf16 q/k and states, K = V = 128, 64-token chunks.
+// The compiled counterpart of triton_kda.intra's `_kda_intra_bwd_kernel` (its docstring has the full math); the C
+// entry point kda_intra_bwd is loaded through ctypes.
+//
+// kda_intra_bwd_kernel  grid (2 NT, HV), 8 warps: one CTA per chunk, v-head and half of K; warp (r, kq) owns the
+// chunk's rows [16 r, 16 r + 16) and 32 of the half's columns (4 mma n-tiles). With S = h, dS = dh of the chunk,
+// qn = scale rstd_q q, kn = rstd_k k and G the gate cumsum (log2 units), per row i and column c:
+//     state side   do S^T, X = -dvb S^T, v_new dS^T                  (bf16 mma; dvb as a bf16 hi + lo pair)
+//     intra sums   Rq_i = sum_j dAqk_ij kn_j 2^(G_i - G_j),  RL_i likewise with dL,
+//                  C_j  = sum_i (dAqk_ij qn_i + dL_ij beta_i kn_i) 2^(G_i - G_j)   (tf32 mma, anchored at the
+//                  block's first row a: 2^(G_i - G_j) = 2^(G_i - G_a) 2^(G_a - G_j); a block whose range exceeds
+//                  RANGE_MAX sums exactly, term by term)
+//     epilogue     dq, dk, the gate gradient's terms dE, dF and per-quarter dbeta partials, as in the Triton kernel.
+// Shared memory holds the chunk's S and dS rows of this half (the state side's B operands) and its G, q, k, dAqk, dL
+// and row scalars (the intra sums' operands, staged while the state side runs); do, v_new and dvb rows come straight
+// from global memory into the A fragments. The reduction index of every product is permuted so that each lane reads
+// 8 consecutive elements (16 or 32 bytes) at once: A and B use the same permutation, which leaves the sums unchanged.
+// 128 registers and 104 KiB of shared memory: two CTAs (16 warps) per SM.
+#include "common.cuh"
+
+// the C ABI's argument block (mirrored by cuda_fast.sm90_bwd.IntraBwdArgs)
+struct IntraBwdArgs {
+    const __nv_bfloat16* q;        // [TT, H, K]
+    const __nv_bfloat16* k;        // [TT, H, K]
+    const float* Gc;               // [TT, HV, K] gate cumsum, log2 units
+    const float* gl;               // [NT, HV, K] G at each chunk's last token
+    const float* rstd_q;           // [TT, HV]
+    const float* rstd_k;           // [TT, HV]
+    const float* beta;             // [TT, HV] activated
+    const __nv_bfloat16* h;        // [NT, HV, K, V] state at each chunk start
+    const __nv_bfloat16* dh;       // [NT, HV, K, V] its gradient
+    const __nv_bfloat16* v_new;    // [TT, HV, V]
+    const __nv_bfloat16* do_;      // [TT, HV, V]
+    const float* dvb;              // [TT, HV, V]
+    const float* dAqk;             // [TT, HV, BT]
+    const float* dL;               // [TT, HV, BT]
+    const int64_t* cu_seqlens;     // [N + 1]
+    const int32_t* chunk_indices;  // [NT, 2]: (sequence, chunk within it)
+    float* dq;                     // [TT, HV, K] w.r.t. qn, per v-head
+    float* dk;                     // [TT, HV, K] w.r.t. kn, per v-head
+    float* dE;                     // [TT, HV, K] gate-gradient terms reaching rows <= i
+    float* dF;                     // [TT, HV, K] gate-gradient terms reaching rows > j
+    float* dbeta;                  // [4, TT, HV] beta-gradient partials per quarter of K (through w and L)
+    int64_t TT, NT, H, HV, K, V, BT;
+    float scale;
+};
+
+namespace {
+
+constexpr int D = 128;             // K = V
+constexpr int BT = 64;             // chunk size
+constexpr int KH = 64;             // columns per CTA (half of K)
+constexpr int SP = 68;             // row strides (elements) of the staged tiles, chosen for conflict-free
+constexpr int SPB = 72;            //   fragment reads: G fp32 [64, SP], q and k bf16 [64, SPB],
+constexpr int SPA = 72;            //   dAqk and dL fp32 [64, SPA]
+constexpr int WARPS = 8;
+constexpr float RANGE_MAX = 110.0f;  // as triton_kda.intra: 2^110 |k| stays far inside the fp32 range
+constexpr int SMEM_BYTES = (BT * SP + 2 * BT * SPA + 3 * BT) * 4 + 2 * BT * SPB * 2 + 2 * KH * D * 2;
+
+// S and dS rows in shared memory ([64, 128] bf16, no padding): the 16-byte pieces of odd rows are XOR-swizzled by 4,
+// so the 8 lanes of a quarter warp (rows 2m, 2m + 1, four pieces each) hit 32 distinct banks
+__device__ __forceinline__ int swz(int row, int piece) { return row * D + 8 * (piece ^ ((row & 1) << 2)); }
+
+// experiment knobs (cuda_fast.build's TRITON_KDA_NVCC_FLAGS, e.g. -DKDA_BWD_MIN_BLOCKS=1); H100 B2 T8192 H32, on the
+// kernel before S / dS were staged: MIN_BLOCKS 2 2172 us, 1 2508 us (162 registers), 1 with V_UNROLL 2 2387 us
+#ifndef KDA_BWD_MIN_BLOCKS
+#define KDA_BWD_MIN_BLOCKS 2  // CTAs per SM the register allocation targets (128 registers, no spills)
+#endif
+#ifndef KDA_BWD_V_UNROLL
+#define KDA_BWD_V_UNROLL 1    // 32-column steps of the state side in flight
+#endif
+constexpr int V_UNROLL = KDA_BWD_V_UNROLL;
+
+__device__ __forceinline__ uint4 ld16(const void* p, bool ok) {
+    return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0u, 0u, 0u, 0u);
+}
+
+__device__ __forceinline__ float4 ld16f(const float* p, bool ok) {
+    return ok ? __ldg(reinterpret_cast<const float4*>(p)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+// 8 fp32 values as bf16 pairs: hi = bf16(x), lo = bf16(x - hi) (hi + lo carries 16 mantissa bits)
+__device__ __forceinline__ void split_bf16(const float4 x0, const float4 x1, uint32_t hi[4], uint32_t lo[4]) {
+    const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        hi[m] = pack_bf16(x[2 * m], x[2 * m + 1]);
+        const float2 h = unpack_bf16(hi[m]);
+        lo[m] = pack_bf16(x[2 * m] - h.x, x[2 * m + 1] - h.y);
+    }
+}
+
+__global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_kernel(const IntraBwdArgs a) {
+    // the chunk's rows (zero past the sequence end), this CTA's columns of K
+    extern __shared__ __align__(16) float smem[];
+    float* sG = smem;                                                 // [64, SP] G
+    float* sA = sG + BT * SP;                                         // [64, SPA] dAqk (all 64 columns)
+    float* sL = sA + BT * SPA;                                        // [64, SPA] dL
+    float* sRq = sL + BT * SPA;                                       // [64] scale rstd_q
+    float* sRk = sRq + BT;                                            // [64] rstd_k
+    float* sB = sRk + BT;                                             // [64] beta
+    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(sB + BT);   // [64, SPB] q
+    __nv_bfloat16* sK = sQ + BT * SPB;                                // [64, SPB] k
+    __nv_bfloat16* sS = sK + BT * SPB;                                // [64, 128] S rows of this half (swz)
+    __nv_bfloat16* sdS = sS + KH * D;                                 // [64, 128] dS rows
+    auto qn = [&](int i, int c) { return __bfloat162float(sQ[i * SPB + c]) * sRq[i]; };
+    auto kn = [&](int i, int c) { return __bfloat162float(sK[i * SPB + c]) * sRk[i]; };
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int gi = lane >> 2, ti = lane & 3;
+    const int64_t ci = blockIdx.x >> 1, kh = blockIdx.x & 1, hv = blockIdx.y;  // the two halves run side by side
+    const int64_t HV = a.HV, h = hv / (HV / a.H);
+    const int64_t seq = a.chunk_indices[2 * ci], bos = a.cu_seqlens[seq];
+    const int64_t t0 = bos + BT * static_cast<int64_t>(a.chunk_indices[2 * ci + 1]);  // the chunk's first token
+    const int nvalid = static_cast<int>(min(static_cast<int64_t>(BT), a.cu_seqlens[seq + 1] - t0));
+
+    // 1. stage S and dS (first group), then G, dAqk, dL, q and k of the chunk (second group: they land while the
+    //    state side runs), and the rows' scalars
+    const int64_t state = (ci * HV + hv) * D * D + kh * KH * D;
+    for (int i = tid; i < KH * 16; i += WARPS * 32) {
+        const int row = i / 16, p = i % 16;
+        cp_async16(sS + swz(row, p), a.h + state + row * D + 8 * p, true);
+        cp_async16(sdS + swz(row, p), a.dh + state + row * D + 8 * p, true);
+    }
+    cp_async_commit();
+    for (int i = tid; i < BT * 16; i += WARPS * 32) {  // 16-byte pieces: 16 per row of G, dAqk, dL; 8 of q, k
+        const int row = i / 16, p = i % 16;
+        const bool ok = row < nvalid;
+        const int64_t tok = t0 + (ok ? row : 0);
+        cp_async16(sG + row * SP + 4 * p, a.Gc + (tok * HV + hv) * D + kh * KH + 4 * p, ok);
+        cp_async16(sA + row * SPA + 4 * p, a.dAqk + (tok * HV + hv) * BT + 4 * p, ok);
+        cp_async16(sL + row * SPA + 4 * p, a.dL + (tok * HV + hv) * BT + 4 * p, ok);
+        if (p < 8) cp_async16(sQ + row * SPB + 8 * p, a.q + (tok * a.H + h) * D + kh * KH + 8 * p, ok);
+        else cp_async16(sK + row * SPB + 8 * (p - 8), a.k + (tok * a.H + h) * D + kh * KH + 8 * (p - 8), ok);
+    }
+    cp_async_commit();
+    if (tid < BT) {
+        const bool ok = tid < nvalid;
+        const int64_t p = (t0 + (ok ? tid : 0)) * HV + hv;
+        sRq[tid] = ok ? a.rstd_q[p] * a.scale : 0.0f;
+        sRk[tid] = ok ? a.rstd_k[p] : 0.0f;
+        sB[tid] = ok ? a.beta[p] : 0.0f;
+    }
+
+    const int r = warp & 3, kq = warp >> 2;
+    const int ra = r * 16;                     // the block's first row: the anchor
+    const int row0 = ra + gi, row1 = ra + gi + 8;
+    const bool ok0 = row0 < nvalid, ok1 = row1 < nvalid;
+    const bool active = ra < nvalid;           // warp-uniform: blocks past the sequence end write nothing
+    const int c0 = kq * 32;                    // the warp's first column within the CTA's half
+
+    // 2. state side: dqg = do S^T, X = dvb S^T (negated below), dkg = v_new dS^T
+    float dqg[4][4] = {}, xs[4][4] = {}, dkg[4][4] = {};
+    cp_async_wait<1>();
+    __syncthreads();
+    if (active) {
+        const int64_t p0 = ((t0 + (ok0 ? row0 : 0)) * HV + hv) * D + 8 * ti;
+        const int64_t p1 = ((t0 + (ok1 ? row1 : 0)) * HV + hv) * D + 8 * ti;
+#pragma unroll V_UNROLL
+        for (int v0 = 0; v0 < D; v0 += 32) {
+            // lane (gi, ti) holds columns v0 + 8 ti .. + 7: k-step s takes the pairs 4 s + {0, 1} and 4 s + {2, 3}
+            const uint4 fd0 = ld16(a.do_ + p0 + v0, ok0), fd1 = ld16(a.do_ + p1 + v0, ok1);
+            const uint4 fv0 = ld16(a.v_new + p0 + v0, ok0), fv1 = ld16(a.v_new + p1 + v0, ok1);
+            uint32_t hi0[4], lo0[4], hi1[4], lo1[4];
+            split_bf16(ld16f(a.dvb + p0 + v0, ok0), ld16f(a.dvb + p0 + v0 + 4, ok0), hi0, lo0);
+            split_bf16(ld16f(a.dvb + p1 + v0, ok1), ld16f(a.dvb + p1 + v0 + 4, ok1), hi1, lo1);
+            const uint32_t ad[2][4] = {{fd0.x, fd1.x, fd0.y, fd1.y}, {fd0.z, fd1.z, fd0.w, fd1.w}};
+            const uint32_t av[2][4] = {{fv0.x, fv1.x, fv0.y, fv1.y}, {fv0.z, fv1.z, fv0.w, fv1.w}};
+            const uint32_t ah[2][4] = {{hi0[0], hi1[0], hi0[1], hi1[1]}, {hi0[2], hi1[2], hi0[3], hi1[3]}};
+            const uint32_t al[2][4] = {{lo0[0], lo1[0], lo0[1], lo1[1]}, {lo0[2], lo1[2], lo0[3], lo1[3]}};
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+                const int off = swz(c0 + 8 * n + gi, v0 / 8 + ti);
+                const uint4 s = *reinterpret_cast<const uint4*>(sS + off);
+                const uint4 ds = *reinterpret_cast<const uint4*>(sdS + off);
+                mma(dqg[n], ad[0], s.x, s.y);
+                mma(dqg[n], ad[1], s.z, s.w);
+                mma(xs[n], ah[0], s.x, s.y);
+                mma(xs[n], ah[1], s.z, s.w);
+                mma(xs[n], al[0], s.x, s.y);
+                mma(xs[n], al[1], s.z, s.w);
+                mma(dkg[n], av[0], ds.x, ds.y);
+                mma(dkg[n], av[1], ds.z, ds.w);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (!active) return;  // no barrier follows
+    float sds[4] = {};  // rowsum(S dS) of column c0 + 8 n + gi, for the block that holds the chunk's last row
+    if (nvalid - 1 - ra < 16) {
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+#pragma unroll
+            for (int p = ti; p < D / 8; p += 4) {
+                const int off = swz(c0 + 8 * n + gi, p);
+                const uint4 x4 = *reinterpret_cast<const uint4*>(sS + off);
+                const uint4 y4 = *reinterpret_cast<const uint4*>(sdS + off);
+                const uint32_t ux[4] = {x4.x, x4.y, x4.z, x4.w}, uy[4] = {y4.x, y4.y, y4.z, y4.w};
+#pragma unroll
+                for (int m = 0; m < 4; ++m) {
+                    const float2 x = unpack_bf16(ux[m]), y = unpack_bf16(uy[m]);
+                    sds[n] += x.x * y.x + x.y * y.y;
+                }
+            }
+            sds[n] += __shfl_xor_sync(0xffffffffu, sds[n], 1);
+            sds[n] += __shfl_xor_sync(0xffffffffu, sds[n], 2);
+        }
+    }
+
+    // 3. the state side's terms, folded in place: dqg -> dqn = do S^T 2^G, xs -> dkn = X beta 2^G + kgl,
+    //    dkg -> E = kn X beta 2^G (+ the state decay's term on the chunk's last row); dF is final here
+    //    (accumulator element e of n-tile n: row e < 2 ? row0 : row1, column c0 + 8 n + 2 ti + (e & 1))
+    const int64_t gbase = (ci * HV + hv) * D + kh * KH;
+    float db[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+        const int colb = c0 + 8 * n + 2 * ti;
+        const float2 Gl = *reinterpret_cast<const float2*>(a.gl + gbase + colb);
+        // rowsum(S dS) of this lane's two columns (held by the lanes of row gi = 2 ti, 2 ti + 1)
+        const float sd[2] = {__shfl_sync(0xffffffffu, sds[n], (2 * ti) * 4),
+                             __shfl_sync(0xffffffffu, sds[n], (2 * ti + 1) * 4)};
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const int row = hr == 0 ? row0 : row1;
+            const bool ok = row < nvalid;
+            float vF[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int x = 2 * hr + e, col = colb + e;
+                const float Gr = sG[row * SP + col], knr = kn(row, col), br = sB[row];
+                const float gl = e == 0 ? Gl.x : Gl.y;
+                const float eG = ok ? fast_exp2(Gr) : 0.0f, eGl = ok ? fast_exp2(gl - Gr) : 0.0f;
+                const float XeG = -xs[n][x] * eG;
+                const float dkgl = dkg[n][x] * eGl;
+                dqg[n][x] *= eG;
+                xs[n][x] = XeG * br + dkgl;
+                dkg[n][x] = knr * XeG * br + (row == nvalid - 1 ? sd[e] * fast_exp2(gl) : 0.0f);
+                db[hr] += knr * XeG;
+                vF[e] = dkgl * knr;
+            }
+            if (ok) {
+                *reinterpret_cast<float2*>(a.dF + ((t0 + row) * HV + hv) * D + kh * KH + colb) =
+                    make_float2(vF[0], vF[1]);
+            }
+        }
+    }
+    float (&dqn)[4][4] = dqg;
+    float (&dkn)[4][4] = xs;
+    float (&dE)[4][4] = dkg;
+
+    // 4. the intra-chunk sums; the block's gate range decides between the anchored products and exact sums
+    float range = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = e < 2 ? row0 : row1, col = c0 + 8 * n + 2 * ti + (e & 1);
+            if (row < nvalid) range = fmaxf(range, sG[ra * SP + col] - sG[row * SP + col]);
+        }
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) range = fmaxf(range, __shfl_xor_sync(0xffffffffu, range, m));
+
+    if (range > RANGE_MAX) {
+        // exact: every term with its own factor 2^min(G_i - G_j, 0) (strong decays underflow to 0, never overflow)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = e < 2 ? row0 : row1, col = c0 + 8 * n + 2 * ti + (e & 1);
+                if (i >= nvalid) continue;
+                const float Gi = sG[i * SP + col], knr = kn(i, col), br = sB[i];
+                float sq = 0.0f, sl = 0.0f, sc = 0.0f;
+                for (int j = 0; j <= i; ++j) {
+                    const float x = kn(j, col) * fast_exp2(fminf(Gi - sG[j * SP + col], 0.0f));
+                    sq += sA[i * SPA + j] * x;
+                    sl += sL[i * SPA + j] * x;
+                }
+                for (int i2 = i; i2 < nvalid; ++i2) {
+                    const float f = fast_exp2(fminf(sG[i2 * SP + col] - Gi, 0.0f));
+                    sc += (sA[i2 * SPA + i] * qn(i2, col) + sL[i2 * SPA + i] * sB[i2] * kn(i2, col)) * f;
+                }
+                dqn[n][e] += sq;
+                dkn[n][e] += sl * br + sc;
+                dE[n][e] += knr * (sl * br - sc);
+                db[e >> 1] += knr * sl;
+            }
+        }
+    } else {
+        float Ga[4];  // G at the anchor, column c0 + 8 n + gi (the B fragments' column)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) Ga[n] = sG[ra * SP + c0 + 8 * n + gi];
+        {
+            // rows: Rq, RL = dAqk / dL rows (A, k index j) x kn_j 2^(G_a - G_j) (B), columns j < 16 (r + 1)
+            float rq[4][4] = {}, rl[4][4] = {};
+            for (int j0 = 0; j0 < ra + 16; j0 += 8) {
+                // lane ti holds columns j0 + 2 ti (k = ti) and j0 + 2 ti + 1 (k = ti + 4); staged rows past the
+                // sequence end are zero
+                const float2 x0 = *reinterpret_cast<const float2*>(sA + row0 * SPA + j0 + 2 * ti);
+                const float2 x1 = *reinterpret_cast<const float2*>(sA + row1 * SPA + j0 + 2 * ti);
+                const float2 y0 = *reinterpret_cast<const float2*>(sL + row0 * SPA + j0 + 2 * ti);
+                const float2 y1 = *reinterpret_cast<const float2*>(sL + row1 * SPA + j0 + 2 * ti);
+                const uint32_t fa[4] = {tf32(x0.x), tf32(x1.x), tf32(x0.y), tf32(x1.y)};
+                const uint32_t fl[4] = {tf32(y0.x), tf32(y1.x), tf32(y0.y), tf32(y1.y)};
+                const int j = j0 + 2 * ti;
+#pragma unroll
+                for (int n = 0; n < 4; ++n) {
+                    const int col = c0 + 8 * n + gi;
+                    const uint32_t b0 = tf32(kn(j, col) * fast_exp2(fminf(Ga[n] - sG[j * SP + col], RANGE_MAX)));
+                    const uint32_t b1 =
+                        tf32(kn(j + 1, col) * fast_exp2(fminf(Ga[n] - sG[(j + 1) * SP + col], RANGE_MAX)));
+                    mma_tf32(rq[n], fa, b0, b1);
+                    mma_tf32(rl[n], fl, b0, b1);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {  // the rows' factor 2^(G_i - G_a)
+                    const int row = e < 2 ? row0 : row1, col = c0 + 8 * n + 2 * ti + (e & 1);
+                    const float eA = row < nvalid ? fast_exp2(sG[row * SP + col] - sG[ra * SP + col]) : 0.0f;
+                    const float knr = kn(row, col), RL = rl[n][e] * eA, RLb = RL * sB[row];
+                    dqn[n][e] += rq[n][e] * eA;
+                    dkn[n][e] += RLb;
+                    dE[n][e] += knr * RLb;
+                    db[e >> 1] += knr * RL;
+                }
+            }
+        }
+        // columns: C = dAqk^T / dL^T (A: rows j of the block, k index i >= a) x (qn, beta kn) 2^(G_i - G_a) (B)
+        float cc[4][4] = {};
+        for (int i0 = ra; i0 < nvalid; i0 += 8) {
+            const int i = i0 + 2 * ti;  // lane ti holds rows i (k = ti) and i + 1 (k = ti + 4)
+            const int q0 = i * SPA + ra + gi, q1 = q0 + SPA;
+            const uint32_t fa[4] = {tf32(sA[q0]), tf32(sA[q0 + 8]), tf32(sA[q1]), tf32(sA[q1 + 8])};
+            const uint32_t fl[4] = {tf32(sL[q0]), tf32(sL[q0 + 8]), tf32(sL[q1]), tf32(sL[q1 + 8])};
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+                const int col = c0 + 8 * n + gi;
+                const float f0 = fast_exp2(fminf(sG[i * SP + col] - Ga[n], RANGE_MAX));
+                const float f1 = fast_exp2(fminf(sG[(i + 1) * SP + col] - Ga[n], RANGE_MAX));
+                mma_tf32(cc[n], fa, tf32(qn(i, col) * f0), tf32(qn(i + 1, col) * f1));
+                mma_tf32(cc[n], fl, tf32(kn(i, col) * sB[i] * f0), tf32(kn(i + 1, col) * sB[i + 1] * f1));
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {  // the columns' factor 2^(G_a - G_j)
+                const int row = e < 2 ? row0 : row1, col = c0 + 8 * n + 2 * ti + (e & 1);
+                const float d = sG[ra * SP + col] - sG[row * SP + col];
+                const float C = row < nvalid ? cc[n][e] * fast_exp2(fminf(d, RANGE_MAX)) : 0.0f;
+                dkn[n][e] += C;
+                dE[n][e] -= kn(row, col) * C;
+            }
+        }
+    }
+
+    // 5. stores: dq, dk, dE and the dbeta partial of this quarter of K
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+        const int colb = c0 + 8 * n + 2 * ti;
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const int row = hr == 0 ? row0 : row1;
+            if (row >= nvalid) continue;
+            const int64_t out = ((t0 + row) * HV + hv) * D + kh * KH + colb;
+            const int x = 2 * hr;
+            const float e0 = dE[n][x] + qn(row, colb) * dqn[n][x];
+            const float e1 = dE[n][x + 1] + qn(row, colb + 1) * dqn[n][x + 1];
+            *reinterpret_cast<float2*>(a.dq + out) = make_float2(dqn[n][x] * a.scale, dqn[n][x + 1] * a.scale);
+            *reinterpret_cast<float2*>(a.dk + out) = make_float2(dkn[n][x], dkn[n][x + 1]);
+            *reinterpret_cast<float2*>(a.dE + out) = make_float2(e0, e1);
+        }
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        db[hr] += __shfl_xor_sync(0xffffffffu, db[hr], 1);
+        db[hr] += __shfl_xor_sync(0xffffffffu, db[hr], 2);
+    }
+    const int64_t quarter = kh * 2 + kq;
+    if (ti == 0 && ok0) a.dbeta[(quarter * a.TT + t0 + row0) * HV + hv] = db[0];
+    if (ti == 0 && ok1) a.dbeta[(quarter * a.TT + t0 + row1) * HV + hv] = db[1];
+}
+
+}  // namespace
+
+// host side: validation (nothing reaches the kernel unless every pointer is aligned memory of the current device and
+// the sizes are the ones it is built for), then the launch on the caller's stream
+
+extern "C" int kda_intra_bwd_args_size() { return static_cast<int>(sizeof(IntraBwdArgs)); }
+
+extern "C" int kda_intra_bwd(const IntraBwdArgs* args, void* stream, char* err, int errlen) {
+    if (args == nullptr) return fail(err, errlen, "kda_intra_bwd: args is null");
+    const IntraBwdArgs& a = *args;
+    char msg[512];
+    if (a.K != D || a.V != D || a.BT != BT) {
+        snprintf(msg, sizeof msg, "kda_intra_bwd: needs K = V = %d and BT = %d, got K=%lld V=%lld BT=%lld", D, BT,
+                 (long long)a.K, (long long)a.V, (long long)a.BT);
+        return fail(err, errlen, msg);
+    }
+    if (a.TT < 0 || a.NT < 0 || a.H < 1 || a.HV < a.H || a.HV % a.H != 0 || a.HV > 65535 || a.NT > 0x3fffffffLL) {
+        snprintf(msg, sizeof msg, "kda_intra_bwd: bad sizes TT=%lld NT=%lld H=%lld HV=%lld (need H >= 1, HV a "
+                 "multiple of H, HV <= 65535, NT < 2^30)", (long long)a.TT, (long long)a.NT, (long long)a.H,
+                 (long long)a.HV);
+        return fail(err, errlen, msg);
+    }
+    if (a.NT == 0) return 0;
+    const Ptr ptrs[] = {
+        {a.q, "q", 16, true}, {a.k, "k", 16, true}, {a.Gc, "Gc", 16, true}, {a.gl, "gl", 8, true},
+        {a.rstd_q, "rstd_q", 4, true}, {a.rstd_k, "rstd_k", 4, true}, {a.beta, "beta", 4, true},
+        {a.h, "h", 16, true}, {a.dh, "dh", 16, true}, {a.v_new, "v_new", 16, true}, {a.do_, "do", 16, true},
+        {a.dvb, "dvb", 16, true}, {a.dAqk, "dAqk", 8, true}, {a.dL, "dL", 8, true},
+        {a.cu_seqlens, "cu_seqlens", 8, true}, {a.chunk_indices, "chunk_indices", 8, true},
+        {a.dq, "dq", 8, true}, {a.dk, "dk", 8, true}, {a.dE, "dE", 8, true}, {a.dF, "dF", 8, true},
+        {a.dbeta, "dbeta", 4, true},
+    };
+    if (check_pointers("kda_intra_bwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
+    cudaError_t e = cudaFuncSetAttribute(kda_intra_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         SMEM_BYTES);
+    if (e == cudaSuccess) {  // two CTAs per SM need the largest shared-memory carveout
+        e = cudaFuncSetAttribute(kda_intra_bwd_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    }
+    if (e == cudaSuccess) {
+        const dim3 grid(static_cast<unsigned>(2 * a.NT), static_cast<unsigned>(a.HV));
+        kda_intra_bwd_kernel<<<grid, WARPS * 32, SMEM_BYTES, static_cast<cudaStream_t>(stream)>>>(a);
+        e = cudaGetLastError();
+    }
+    if (e != cudaSuccess) {
+        snprintf(msg, sizeof msg, "kda_intra_bwd: launch: %s", cudaGetErrorString(e));
+        return fail(err, errlen, msg);
+    }
+    return 0;
+}

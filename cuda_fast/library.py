@@ -1,0 +1,52 @@
+"""The built cuda_fast shared library and its C entry points (loaded through ctypes; no torch headers).
+
+Every entry point ``NAME(const Args*, void* stream, char* err, int errlen) -> int`` has a companion
+``NAME_args_size()``; ``Library.entry`` checks it against the ctypes mirror of the argument block, so a library and
+a Python side that disagree fail at load, not with wrong memory."""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+
+class Entry:
+    """One C entry point; calling it raises RuntimeError with the library's message when it declines or fails."""
+
+    def __init__(self, cdll: ctypes.CDLL, name: str, struct: type[ctypes.Structure], path):
+        self.name = name
+        self.fn = getattr(cdll, name)
+        self.fn.restype = ctypes.c_int
+        self.fn.argtypes = [ctypes.POINTER(struct), ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+        size_fn = getattr(cdll, f"{name}_args_size")
+        size_fn.restype = ctypes.c_int
+        size = size_fn()
+        if size != ctypes.sizeof(struct):
+            raise RuntimeError(f"{path}: {struct.__name__} is {size} bytes in the library, {ctypes.sizeof(struct)} "
+                               f"in Python")
+
+    def __call__(self, args: ctypes.Structure, stream: int) -> None:
+        err = ctypes.create_string_buffer(512)
+        if self.fn(ctypes.byref(args), ctypes.c_void_p(stream), err, len(err)) != 0:
+            raise RuntimeError(err.value.decode(errors="replace"))
+
+
+class Library:
+    """A built shared library (``cuda_fast.build.library``)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.cdll = ctypes.CDLL(str(path))
+        self._entries: dict[str, Entry] = {}
+
+    def entry(self, name: str, struct: type[ctypes.Structure]) -> Entry:
+        if name not in self._entries:
+            self._entries[name] = Entry(self.cdll, name, struct, self.path)
+        return self._entries[name]
+
+
+@functools.cache
+def load_library(target: str) -> Library:
+    """The built library for a target ("90a" or "100a"); builds it on first use."""
+    from cuda_fast.build import library  # imported on first use: `python -m cuda_fast.build` runs it as __main__
+
+    return Library(library(target))

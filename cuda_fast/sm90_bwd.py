@@ -1,0 +1,108 @@
+"""The compiled CUDA chunk-local backward of ``chunk_kda`` for Hopper (sm_90a) and Blackwell (sm_100a): backend
+``sm90_bwd``, op ``kda_intra_bwd``.
+
+It replaces the Triton kernel ``triton_kda.intra._kda_intra_bwd_kernel`` inside a training step (same inputs, same
+outputs, per quarter of K instead of per K slice for the beta partials); the rest of the backward stays Triton.
+Scope (the verifier declines everything else, with the reason): bf16 q/k with bf16 states, state gradients, do and
+v_new (the bf16 training path), K = V = 128, 64-token chunks, K-first states, the E-form gate gradient.
+cuda_fast/csrc/kda_intra_bwd.cu has the kernel; the library is built on first use (``cuda_fast.build``), never at
+import, and ``kda_intra_bwd`` validates sizes, alignment and devices before it launches.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import NamedTuple
+
+import torch
+
+from cuda_fast.library import load_library
+from cuda_fast.targets import CAPABILITY_TARGETS
+from triton_kda.backends import Backend
+
+NAME = "sm90_bwd"
+OP = "kda_intra_bwd"
+ENV_SWITCH = "TRITON_KDA_SM90_BWD"
+BT = 64
+D = 128
+QUARTERS = 4  # the kernel's dbeta partials: one per 32 columns of K
+
+
+class IntraBwdArgs(ctypes.Structure):
+    """Mirror of ``IntraBwdArgs`` in kda_intra_bwd.cu (the library reports its size, checked at load)."""
+
+    _fields_ = [
+        *((name, ctypes.c_void_p) for name in (
+            "q", "k", "Gc", "gl", "rstd_q", "rstd_k", "beta", "h", "dh", "v_new", "do", "dvb", "dAqk", "dL",
+            "cu_seqlens", "chunk_indices", "dq", "dk", "dE", "dF", "dbeta")),
+        *((name, ctypes.c_int64) for name in ("TT", "NT", "H", "HV", "K", "V", "BT")),
+        ("scale", ctypes.c_float),
+    ]
+
+
+def verify(args: dict) -> tuple[bool, str]:
+    """Whether this backend takes a chunk-local backward (``args``: see ``triton_kda.intra.intra_bwd``)."""
+    for name in ("q", "h", "dh", "do", "v_new"):
+        if args[name].dtype != torch.bfloat16:
+            return False, f"{name} must be bfloat16, got {args[name].dtype}"
+    if args["K"] != D or args["V"] != D:
+        return False, f"needs K = V = {D}, got K={args['K']} V={args['V']}"
+    if args["BT"] != BT:
+        return False, f"needs {BT}-token chunks, got chunk_size={args['BT']}"
+    if args["state_v_first"]:
+        return False, "state_v_first (V-first states) is not supported"
+    if args["span"]:
+        return False, "the spanning gate-gradient form is not supported"
+    if args["HV"] > 65535:
+        return False, f"HV={args['HV']} exceeds the grid limit 65535"
+    return True, "bf16, K = V = 128, 64-token chunks"
+
+
+class IntraBwdGrads(NamedTuple):
+    dq: torch.Tensor     # [TT, HV, K] fp32, per v-head, w.r.t. the normalised q
+    dk: torch.Tensor     # [TT, HV, K] fp32, per v-head, w.r.t. the normalised k
+    dE: torch.Tensor     # [TT, HV, K] fp32, the gate gradient's terms reaching rows <= i
+    dF: torch.Tensor     # [TT, HV, K] fp32, the gate gradient's terms reaching rows > j
+    dbeta: torch.Tensor  # [4, TT, HV] fp32, beta-gradient partials through w and L, per quarter of K
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def kda_intra_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL, plan, scale: float, *,
+                  out: IntraBwdGrads | None = None) -> IntraBwdGrads:
+    """The chunk-local backward on flattened, contiguous tensors (shapes as in ``IntraBwdArgs``'s C mirror;
+    plan: the ``ChunkPlan`` of 64-token chunks). ``out`` may be given (tests pass NaN-filled buffers)."""
+    TT, H, K = q.shape
+    HV, V = Gc.shape[1], v_new.shape[2]
+    dev = q.device
+    cc = torch.cuda.get_device_capability(dev)
+    if cc not in CAPABILITY_TARGETS:
+        raise RuntimeError(f"the {NAME} backend has no build for compute capability {cc[0]}.{cc[1]}")
+    lib = load_library(CAPABILITY_TARGETS[cc]).entry("kda_intra_bwd", IntraBwdArgs)
+    if out is None:
+        f32 = dict(device=dev, dtype=torch.float32)
+        out = IntraBwdGrads(*(torch.empty(TT, HV, K, **f32) for _ in range(4)), torch.empty(QUARTERS, TT, HV, **f32))
+    args = IntraBwdArgs(
+        q=_ptr(q), k=_ptr(k), Gc=_ptr(Gc), gl=_ptr(gl), rstd_q=_ptr(rstd_q), rstd_k=_ptr(rstd_k),
+        beta=_ptr(beta_act), h=_ptr(h), dh=_ptr(dh), v_new=_ptr(v_new), do=_ptr(do), dvb=_ptr(dvb),
+        dAqk=_ptr(dAqk), dL=_ptr(dL), cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices),
+        dq=_ptr(out.dq), dk=_ptr(out.dk), dE=_ptr(out.dE), dF=_ptr(out.dF), dbeta=_ptr(out.dbeta),
+        TT=TT, NT=plan.NT, H=H, HV=HV, K=K, V=V, BT=BT, scale=scale,
+    )
+    with torch.cuda.device(dev):
+        lib(args, torch.cuda.current_stream(dev).cuda_stream)
+    return out
+
+
+def _load():
+    """Build (or find in the cache) the library for the current device when the backend is first chosen: a build
+    that fails removes the backend, with nvcc's message as the reason."""
+    load_library(CAPABILITY_TARGETS[torch.cuda.get_device_capability()]).entry("kda_intra_bwd", IntraBwdArgs)
+    return kda_intra_bwd
+
+
+BACKEND = Backend(
+    name=NAME, ops={OP}, capabilities=frozenset(CAPABILITY_TARGETS), priority=10, env_switch=ENV_SWITCH,
+    verifiers={OP: verify}, loader=_load,
+)

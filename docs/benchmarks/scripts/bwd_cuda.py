@@ -1,0 +1,103 @@
+"""fwd+bwd with the compiled chunk-local backward (cuda_fast.sm90_bwd) against the Triton one, side by side in one
+process (the registry's switch TRITON_KDA_SM90_BWD=0 turns the compiled kernel off per call), optionally with fla.
+
+    python3 docs/benchmarks/scripts/bwd_cuda.py [--shapes B2-T8192-H32,...] [--rounds 3] [--profile] [--fla]
+    ncu --kernel-name regex:kda_intra_bwd --launch-skip 1 --launch-count 1 \
+        python3 docs/benchmarks/scripts/bwd_cuda.py --steps 2
+
+Inputs, flags and the step are `bwd_before_after.py`'s (Kimi Linear's flags, bf16, K = V = 128). Prints one markdown
+row per shape: Triton-backward ms, CUDA-backward ms, their ratio (and fla's ms and fla / CUDA with --fla);
+`--profile` adds each kernel's mean CUDA time per step for both. The last line is a one-line summary. `--steps N`
+only runs N steps with the compiled kernel on the first shape (for ncu).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bwd_before_after import inputs, kernel_times, step  # noqa: E402
+
+from triton_kda import backends, chunk_kda  # noqa: E402
+
+SWITCH = "TRITON_KDA_SM90_BWD"
+
+
+def with_switch(value: str):
+    def fn(**kw):
+        os.environ[SWITCH] = value
+        return chunk_kda(**kw)
+    return fn
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="B2-T8192-H32")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--fla", action="store_true")
+    ap.add_argument("--steps", type=int, default=0)
+    args = ap.parse_args()
+    fns = {"triton": with_switch("0"), "cuda": with_switch("1")}
+    if args.steps:
+        B, T, H = (int(x[1:]) for x in args.shapes.split(",")[0].split("-"))
+        d = inputs(B, T, H, torch.bfloat16)
+        do = torch.randn_like(d["v"])
+        for _ in range(args.steps):
+            step(fns["cuda"], d, do)
+        torch.cuda.synchronize()
+        return
+    if args.fla:
+        from fla.ops.kda import chunk_kda as fla
+
+        fns["fla"] = fla
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"nvcc flags {os.environ.get('TRITON_KDA_NVCC_FLAGS', '')!r}")
+    head = "| shape | triton bwd ms | cuda bwd ms | cuda / triton |" + (" fla ms | fla / cuda |" if args.fla else "")
+    print(head + "\n|---|---:|---:|---:|" + ("---:|---:|" if args.fla else ""))
+    ratios, fla_ratios = [], []
+    for shape in args.shapes.split(","):
+        B, T, H = (int(x[1:]) for x in shape.split("-"))
+        d = inputs(B, T, H, torch.bfloat16)
+        do = torch.randn_like(d["v"])
+        backends.clear_backend_report()
+        step(fns["cuda"], d, do)
+        ran = {e.name for e in backends.backend_report() if e.op == "kda_intra_bwd"}
+        assert ran == {"sm90_bwd"}, backends.backend_report()
+        times = {name: [] for name in fns}
+        for _ in range(args.rounds):
+            for name, fn in fns.items():
+                times[name].append(do_bench(lambda fn=fn, d=d, do=do: step(fn, d, do), warmup=50, rep=300,
+                                            grad_to_none=list(d.values())))
+        t = {name: statistics.median(v) for name, v in times.items()}
+        ratios.append(t["cuda"] / t["triton"])
+        row = f"| B{B} T{T} H{H} | {t['triton']:.3f} | {t['cuda']:.3f} | {t['cuda'] / t['triton']:.3f} |"
+        if args.fla:
+            fla_ratios.append(t["fla"] / t["cuda"])
+            row += f" {t['fla']:.3f} | {t['fla'] / t['cuda']:.3f} |"
+        print(row, flush=True)
+        if args.profile:
+            kt, kc = kernel_times(fns["triton"], d, do), kernel_times(fns["cuda"], d, do)
+            print("| kernel | triton us | cuda us |\n|---|---:|---:|")
+            for name in sorted(set(kt) | set(kc), key=lambda x: -max(kt.get(x, 0), kc.get(x, 0))):
+                print(f"| {name[:70]} | {kt.get(name, 0):.1f} | {kc.get(name, 0):.1f} |")
+            print(f"| total | {sum(kt.values()):.1f} | {sum(kc.values()):.1f} |", flush=True)
+        del d, do
+        torch.cuda.empty_cache()
+    geo = math.exp(statistics.mean(math.log(r) for r in ratios))
+    summary = f"summary: cuda / triton fwd+bwd geomean {geo:.3f} over {len(ratios)} shapes"
+    if fla_ratios:
+        summary += f"; fla / cuda geomean {math.exp(statistics.mean(math.log(r) for r in fla_ratios)):.3f}"
+    print(summary)
+
+
+if __name__ == "__main__":
+    main()

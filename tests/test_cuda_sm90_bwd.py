@@ -1,0 +1,278 @@
+"""cuda_fast's sm90_bwd backend (the compiled chunk-local backward): verifier, registration and the C entry point's
+checks on any machine with nvcc; on an sm_90 / sm_100 GPU, the kernel against an fp64 evaluation of its formulas
+(NaN-poisoned outputs; its error beside the Triton kernel's on the same inputs), bf16 training gradients against the
+fp64 recurrent oracle (beside the Triton backward's error on the same inputs), bit-identical reruns and the report."""
+import math
+import shutil
+
+import pytest
+import torch
+
+from cuda_fast import build, sm90_bwd
+from cuda_fast.library import Library
+from reference.kda import kda_recurrent
+from tests.utils import DEVICE, assert_close, case_id, make_inputs, rel_rmse
+from triton_kda import backends, chunk_kda
+from triton_kda.backends import Registry, Selection
+from triton_kda.intra import BWD_OP, intra_local_bwd
+from triton_kda.wy import WYBwdOut
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+on_target = torch.cuda.is_available() and torch.cuda.get_device_capability() in sm90_bwd.CAPABILITY_TARGETS
+needs_target = pytest.mark.skipif(not on_target, reason="needs an sm_90 or sm_100 GPU")
+
+BF16 = torch.bfloat16
+
+
+def _args(**change):
+    """The verifier's view of a bf16 training call at K = V = 128 (dtype-only stand-ins for the tensors)."""
+    t = torch.empty(0, dtype=BF16)
+    return {**dict(q=t, h=t, dh=t, do=t, v_new=t, K=128, V=128, BT=64, HV=4, state_v_first=False, span=False),
+            **change}
+
+
+# ---- any machine --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(q=torch.empty(0, dtype=torch.float16)), "q must be bfloat16"),
+    (dict(h=torch.empty(0)), "h must be bfloat16"),
+    (dict(K=64), "needs K = V = 128"),
+    (dict(V=256), "needs K = V = 128"),
+    (dict(BT=32), "needs 64-token chunks"),
+    (dict(state_v_first=True), "state_v_first"),
+    (dict(span=True), "spanning gate-gradient form"),
+    (dict(HV=70000), "grid limit"),
+], ids=["fp16", "fp32-state", "K64", "V256", "BT32", "vfirst", "span", "HV70000"])
+def test_verifier_declines_with_reason(change, reason):
+    assert sm90_bwd.verify(_args())[0]
+    ok, why = sm90_bwd.verify(_args(**change))
+    assert not ok and reason in why
+
+
+def test_registered_for_sm90_and_sm100_and_build_failure_falls_back(monkeypatch):
+    assert sm90_bwd.BACKEND in backends.registered()
+    assert sm90_bwd.BACKEND.supports((9, 0)) and sm90_bwd.BACKEND.supports((10, 0))
+    assert not sm90_bwd.BACKEND.supports((8, 9))
+
+    def broken(target):
+        raise build.BuildError("nvcc not found")
+
+    monkeypatch.setattr(sm90_bwd, "load_library", broken)
+    monkeypatch.setattr(sm90_bwd.torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    reg = Registry(capability_fn=lambda device: (9, 0))
+    reg.register(sm90_bwd.BACKEND)
+    sel = reg.select(sm90_bwd.OP, _args(), "cpu")
+    assert sel.fn is None and "loader failed: BuildError: nvcc not found" in sel.reason
+
+
+def test_backward_outside_its_scope_runs_triton_and_says_why():
+    """fp32, K = V = 16: Triton's chunk-local kernel runs (on a CPU: the inputs are not on a CUDA device)."""
+    d = make_inputs(1, 40, 1, 2, 16, 16, device=DEVICE, requires_grad=True)
+    backends.clear_backend_report()
+    chunk_kda(**d)[0].sum().backward()
+    report = [e for e in backends.backend_report() if e.op == BWD_OP]
+    assert [e.name for e in report] == ["triton"]
+    if DEVICE == "cpu":
+        assert report[0].reason == "inputs are on cpu, not a CUDA device"
+    elif on_target:
+        assert "sm90_bwd: verifier: q must be bfloat16, got torch.float32" in report[0].reason
+
+
+@needs_nvcc
+def test_entry_point_validation(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    entry = Library(build.library("90a")).entry("kda_intra_bwd", sm90_bwd.IntraBwdArgs)  # checks the struct size
+
+    def call(**fields):
+        base = dict(TT=4, NT=1, H=1, HV=1, K=128, V=128, BT=64)
+        with pytest.raises(RuntimeError) as info:
+            entry(sm90_bwd.IntraBwdArgs(**{**base, **fields}), 0)
+        return str(info.value)
+
+    assert "needs K = V = 128 and BT = 64, got K=64 V=128 BT=64" in call(K=64)
+    assert "BT=32" in call(BT=32)
+    assert "HV a multiple of H" in call(H=2, HV=3)
+    if not torch.cuda.is_available():
+        assert "no current CUDA device" in call()
+    else:
+        assert "q is null" in call()
+        host = torch.zeros(64)
+        assert "q is not memory of the current CUDA device" in call(q=host.data_ptr())
+
+
+# ---- sm_90 / sm_100 GPU -------------------------------------------------------------------------------------------
+
+KIMI = dict(use_gate_in_kernel=True, lower_bound=-5.0, use_beta_sigmoid_in_kernel=True, use_qk_l2norm_in_kernel=True)
+# (B, T, H, HV, seqlens, options)
+CASES = [
+    (1, 304, 2, 4, [13, 0, 150, 64, 77], dict(KIMI, initial_state=True, output_final_state=True)),  # GVA varlen
+    (2, 130, 1, 2, None, dict(gate="strong", use_qk_l2norm_in_kernel=True, initial_state=True,
+                              output_final_state=True)),  # a quarter of the channels takes the exact sums
+    (2, 256, 2, 2, None, dict(use_qk_l2norm_in_kernel=True)),  # pre-gated logsigmoid
+]
+TAGS = ["kimi-gva-varlen-h0", "strong-exact-h0", "pregated"]
+CASE_IDS = [case_id(B=c[0], T=c[1], H=c[2], HV=c[3]) + f"-{tag}" for c, tag in zip(CASES, TAGS, strict=True)]
+LEAVES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
+
+
+def _inputs(case, seed=0):
+    B, T, H, HV, seqlens, opts = case
+    d = make_inputs(B, T, H, HV, 128, 128, dtype=BF16, device="cuda", seqlens=seqlens, seed=seed, **opts)
+    for name in LEAVES:
+        if name in d:
+            d[name].requires_grad_(True)
+    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+    do = torch.randn(d["v"].shape, generator=gen, device="cuda").to(BF16)
+    dht = torch.randn(d["initial_state"].shape, generator=gen, device="cuda") if "initial_state" in d else None
+    return d, do, dht
+
+
+def _grads(d, do, dht, disable_recompute=False):
+    names = [n for n in LEAVES if n in d]
+    o, ht = chunk_kda(**d, disable_recompute=disable_recompute)
+    outputs, cots = ([o, ht], [do, dht]) if dht is not None else ([o], [do])
+    return dict(zip(names, torch.autograd.grad(outputs, [d[n] for n in names], cots), strict=True))
+
+
+def _oracle(d, do, dht):
+    names = [n for n in LEAVES if n in d]
+    ref = {**d, **{n: d[n].detach().double().requires_grad_(True) for n in names}}
+    o, ht = kda_recurrent(**ref)
+    outputs, cots = ([o, ht], [do.double(), dht.double()]) if dht is not None else ([o], [do.double()])
+    return dict(zip(names, torch.autograd.grad(outputs, [ref[n] for n in names], cots), strict=True))
+
+
+def _captured(monkeypatch, d, do, dht) -> list:
+    """Run a training step whose chunk-local backward must be sm90_bwd's; returns its arguments and its outputs
+    (written into NaN-filled buffers)."""
+    seen = []
+    original = backends.select
+
+    def select(op, args, device):
+        sel = original(op, args, device)
+        if op != BWD_OP:
+            return sel
+        assert sel.name == sm90_bwd.NAME, sel.reason
+
+        def record(*call):
+            TT, HV, K = call[0].shape[0], call[2].shape[1], 128
+            nan = dict(device="cuda", dtype=torch.float32)
+            out = sm90_bwd.IntraBwdGrads(*(torch.full((TT, HV, K), math.nan, **nan) for _ in range(4)),
+                                         torch.full((sm90_bwd.QUARTERS, TT, HV), math.nan, **nan))
+            res = sel.fn(*call, out=out)
+            seen.append((call, res))
+            return res
+
+        return Selection(sel.name, record, sel.reason)
+
+    monkeypatch.setattr(backends, "select", select)
+    _grads(d, do, dht)
+    monkeypatch.setattr(backends, "select", original)
+    assert len(seen) == 1
+    return seen[0]
+
+
+def _stage_ref(call) -> dict:
+    """fp64 evaluation of the chunk-local backward's formulas (triton_kda.intra._kda_intra_bwd_kernel's docstring)
+    with exact decays 2^(G_i - G_j), chunk by chunk: dq, dk, dE, dF [TT, HV, K] and dbeta [TT, HV]."""
+    q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL, plan, scale = call
+    f64 = [x.double() for x in (q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL)]
+    q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL = f64
+    TT, H, K = q.shape
+    HV = Gc.shape[1]
+    grp = HV // H
+    out = {name: torch.zeros(TT, HV, K, dtype=torch.float64, device=q.device) for name in ("dq", "dk", "dE", "dF")}
+    out["dbeta"] = torch.zeros(TT, HV, dtype=torch.float64, device=q.device)
+    cu = plan.cu_seqlens.tolist()
+    for c, (seq, local) in enumerate(plan.chunk_indices.tolist()):
+        t0 = cu[seq] + 64 * local
+        n = min(64, cu[seq + 1] - t0)
+        rows = slice(t0, t0 + n)
+        G = Gc[rows].transpose(0, 1)                                                  # [HV, n, K]
+        qn = (q[rows].repeat_interleave(grp, 1) * (rstd_q[rows] * scale)[..., None]).transpose(0, 1)
+        kn = (k[rows].repeat_interleave(grp, 1) * rstd_k[rows][..., None]).transpose(0, 1)
+        b = beta[rows].transpose(0, 1)[..., None]                                     # [HV, n, 1]
+        S, dS = h[c], dh[c]                                                           # [HV, K, V]
+        dA, dLc = dAqk[rows, :, :n].transpose(0, 1), dL[rows, :, :n].transpose(0, 1)  # [HV, n (i), n (j)]
+        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()[None, :, :, None]
+        Dij = torch.exp2(torch.where(causal, G[:, :, None] - G[:, None, :], -math.inf))  # [HV, i, j, K]
+        Rq = torch.einsum("hij,hjk,hijk->hik", dA, kn, Dij)
+        RL = torch.einsum("hij,hjk,hijk->hik", dLc, kn, Dij)
+        C = torch.einsum("hij,hik,hijk->hjk", dA, qn, Dij) + torch.einsum("hij,hik,hijk->hjk", dLc, b * kn, Dij)
+        dqg = torch.einsum("thv,hkv->htk", do[rows], S)
+        X = -torch.einsum("thv,hkv->htk", dvb[rows], S)
+        dkg = torch.einsum("thv,hkv->htk", v_new[rows], dS)
+        eG, eGl = torch.exp2(G), torch.exp2(gl[c][:, None] - G)
+        dqn = dqg * eG + Rq
+        E = kn * (X * b * eG + b * RL - C) + qn * dqn
+        E[:, n - 1] += (S * dS).sum(-1) * torch.exp2(gl[c])
+        out["dq"][rows] = (dqn * scale).transpose(0, 1)
+        out["dk"][rows] = (X * b * eG + dkg * eGl + b * RL + C).transpose(0, 1)
+        out["dE"][rows] = E.transpose(0, 1)
+        out["dF"][rows] = (dkg * eGl * kn).transpose(0, 1)
+        out["dbeta"][rows] = (kn * (X * eG + RL)).sum(-1).transpose(0, 1)
+    return out
+
+
+# the kernel's error on the captured inputs, against the Triton kernel's on the same inputs: at most TRITON_FACTOR
+# times it or STAGE_FLOOR (relative RMSE). H100, 2026-11-25: cuda / triton 0.19-0.54 on dq, dk, dE, dbeta (its dvb
+# products carry 16 mantissa bits, TF32 10), 0.88-1.00 on dF (1.2e-7 to 1.4e-7)
+TRITON_FACTOR = 1.5
+STAGE_FLOOR = 1e-5
+
+
+@pytest.mark.gpu
+@needs_target
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_kernel_matches_fp64_stage_and_triton(case, monkeypatch):
+    monkeypatch.delenv("TRITON_KDA_SM90_BWD", raising=False)
+    d, do, dht = _inputs(case)
+    call, got = _captured(monkeypatch, d, do, dht)
+    ref = _stage_ref(call)
+    q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do_, dAqk, dL, plan, scale = call
+    monkeypatch.setenv("TRITON_KDA_SM90_BWD", "0")
+    tri = intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, WYBwdOut(None, dvb, dAqk, dL, None),
+                          do_, scale, plan, 64, gate=0, state_v_first=False, prec="tf32", prec_state="tf32",
+                          span=False)
+    pairs = dict(dq=(got.dq, tri.dq), dk=(got.dk, tri.dk), dE=(got.dE, tri.dD), dF=(got.dF, tri.dW),
+                 dbeta=(got.dbeta.sum(0), tri.dbeta.sum(0)))
+    for name, (cuda, triton) in pairs.items():
+        assert_close(name, cuda, ref[name], max(TRITON_FACTOR * rel_rmse(triton.double(), ref[name]), STAGE_FLOOR))
+
+
+# bf16 gradients against the fp64 oracle (test_chunk_bwd's 16-bit tolerances) and against the Triton backward's
+# error on the same inputs: at most GRAD_FACTOR times it. H100, 2026-11-25: cuda / triton 0.96-1.07 (the largest dg
+# on the GVA varlen case, 2.95e-3 against 2.77e-3: bf16 rounding of the stored gradient, whose worst element sits at
+# -29.4, dominates both)
+GRAD_TOL = dict(q=8e-3, k=8e-3, v=8e-3, g=2e-2, beta=2e-2, A_log=1e-2, dt_bias=1e-2, initial_state=1e-2)
+GRAD_FACTOR = 1.25
+
+
+@pytest.mark.gpu
+@needs_target
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_training_grads_match_oracle_and_triton(case, monkeypatch):
+    monkeypatch.delenv("TRITON_KDA_SM90_BWD", raising=False)
+    d, do, dht = _inputs(case, seed=1)
+    backends.clear_backend_report()
+    got = _grads(d, do, dht)
+    assert [e.name for e in backends.backend_report() if e.op == BWD_OP] == [sm90_bwd.NAME]
+    monkeypatch.setenv("TRITON_KDA_SM90_BWD", "0")
+    tri = _grads(d, do, dht)
+    ref = _oracle(d, do, dht)
+    for name, g in got.items():
+        bound = min(GRAD_TOL[name], GRAD_FACTOR * rel_rmse(tri[name].double(), ref[name]))
+        assert_close(f"d{name}", g, ref[name], bound)
+
+
+@pytest.mark.gpu
+@needs_target
+@pytest.mark.parametrize("case", [CASES[0], CASES[1]], ids=CASE_IDS[:2])
+def test_recompute_and_repeat_bit_identical(case, monkeypatch):
+    """Recompute and disable_recompute give the same gradients bit for bit, and a rerun repeats them."""
+    monkeypatch.delenv("TRITON_KDA_SM90_BWD", raising=False)
+    d, do, dht = _inputs(case, seed=2)
+    runs = [_grads(d, do, dht, disable_recompute=keep) for keep in (False, True, False)]
+    for other in runs[1:]:
+        for name, g in runs[0].items():
+            assert torch.equal(g, other[name]), f"d{name} differs between runs (recompute vs disable_recompute)"
