@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Callable
+
+import torch
+
+from cuda_fast.targets import CAPABILITY_TARGETS
+from triton_kda.backends import Backend
 
 
 class Entry:
@@ -50,3 +56,26 @@ def load_library(target: str) -> Library:
     from cuda_fast.build import library  # imported on first use: `python -m cuda_fast.build` runs it as __main__
 
     return Library(library(target))
+
+
+def entry_for(device: torch.device | None, name: str, struct: type[ctypes.Structure]) -> Entry:
+    """Entry point ``name`` of the library for ``device``'s compute capability (None: the current device), built on
+    first use; RuntimeError where cuda_fast has no target for it."""
+    cc = torch.cuda.get_device_capability(device)
+    if cc not in CAPABILITY_TARGETS:
+        raise RuntimeError(f"cuda_fast has no build for compute capability {cc[0]}.{cc[1]}")
+    return load_library(CAPABILITY_TARGETS[cc]).entry(name, struct)
+
+
+def compiled_backend(name: str, op: str, env_switch: str, verifier: Callable, fn: Callable, entry: str,
+                     struct: type[ctypes.Structure]) -> Backend:
+    """A registry backend serving ``op`` with ``fn`` on sm_90 / sm_100 (priority 10). Its loader builds (or finds in
+    the cache) the library for the current device and binds ``entry`` the first time the backend is chosen: a build
+    that fails removes the backend, with nvcc's message as the reason."""
+
+    def load():
+        entry_for(None, entry, struct)
+        return fn
+
+    return Backend(name=name, ops={op}, capabilities=frozenset(CAPABILITY_TARGETS), priority=10,
+                   env_switch=env_switch, verifiers={op: verifier}, loader=load)

@@ -19,9 +19,7 @@ from typing import NamedTuple
 
 import torch
 
-from cuda_fast.library import load_library
-from cuda_fast.targets import CAPABILITY_TARGETS
-from triton_kda.backends import Backend
+from cuda_fast.library import compiled_backend, entry_for
 from triton_kda.chunk_fwd import plan_chunks
 from triton_kda.configs import sm_count
 from triton_kda.gate import gate_mode
@@ -123,10 +121,7 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
     ``poison_workspace`` fills the intermediate workspaces with NaN first (tests)."""
     B, T, HV, V = v.shape
     dev = q.device
-    cc = torch.cuda.get_device_capability(dev)
-    if cc not in CAPABILITY_TARGETS:
-        raise RuntimeError(f"the {NAME} backend has no build for compute capability {cc[0]}.{cc[1]}")
-    lib = load_library(CAPABILITY_TARGETS[cc]).entry("kda_fwd", FwdArgs)
+    lib = entry_for(dev, "kda_fwd", FwdArgs)
     plan = plan_chunks(B, T, BT, dev, p.seqlens_cpu, cu_seqlens)
     NT = plan.NT
     bf16 = dict(device=dev, dtype=torch.bfloat16)
@@ -168,14 +163,4 @@ def chunk_kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, p
     return out.o, out.final_state
 
 
-def _load():
-    """Build (or find in the cache) the library for the current device when the backend is first chosen: a build
-    that fails removes the backend, with nvcc's message as the reason."""
-    load_library(CAPABILITY_TARGETS[torch.cuda.get_device_capability()]).entry("kda_fwd", FwdArgs)
-    return chunk_kda_fwd
-
-
-BACKEND = Backend(
-    name=NAME, ops={OP}, capabilities=frozenset(CAPABILITY_TARGETS), priority=10, env_switch=ENV_SWITCH,
-    verifiers={OP: verify}, loader=_load,
-)
+BACKEND = compiled_backend(NAME, OP, ENV_SWITCH, verify, chunk_kda_fwd, "kda_fwd", FwdArgs)

@@ -15,9 +15,7 @@ from typing import NamedTuple
 
 import torch
 
-from cuda_fast.library import load_library
-from cuda_fast.targets import CAPABILITY_TARGETS
-from triton_kda.backends import Backend
+from cuda_fast.library import compiled_backend, entry_for
 
 NAME = "sm90_bwd"
 OP = "kda_intra_bwd"
@@ -76,10 +74,7 @@ def kda_intra_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do,
     TT, H, K = q.shape
     HV, V = Gc.shape[1], v_new.shape[2]
     dev = q.device
-    cc = torch.cuda.get_device_capability(dev)
-    if cc not in CAPABILITY_TARGETS:
-        raise RuntimeError(f"the {NAME} backend has no build for compute capability {cc[0]}.{cc[1]}")
-    lib = load_library(CAPABILITY_TARGETS[cc]).entry("kda_intra_bwd", IntraBwdArgs)
+    lib = entry_for(dev, "kda_intra_bwd", IntraBwdArgs)
     if out is None:
         f32 = dict(device=dev, dtype=torch.float32)
         out = IntraBwdGrads(*(torch.empty(TT, HV, K, **f32) for _ in range(4)), torch.empty(QUARTERS, TT, HV, **f32))
@@ -95,14 +90,4 @@ def kda_intra_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do,
     return out
 
 
-def _load():
-    """Build (or find in the cache) the library for the current device when the backend is first chosen: a build
-    that fails removes the backend, with nvcc's message as the reason."""
-    load_library(CAPABILITY_TARGETS[torch.cuda.get_device_capability()]).entry("kda_intra_bwd", IntraBwdArgs)
-    return kda_intra_bwd
-
-
-BACKEND = Backend(
-    name=NAME, ops={OP}, capabilities=frozenset(CAPABILITY_TARGETS), priority=10, env_switch=ENV_SWITCH,
-    verifiers={OP: verify}, loader=_load,
-)
+BACKEND = compiled_backend(NAME, OP, ENV_SWITCH, verify, kda_intra_bwd, "kda_intra_bwd", IntraBwdArgs)

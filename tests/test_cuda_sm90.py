@@ -7,15 +7,17 @@ import shutil
 import pytest
 import torch
 
-from cuda_fast import build, sm90
+from cuda_fast import build, library, sm90, sm90_bwd
 from cuda_fast.library import Library
+from cuda_fast.targets import CAPABILITY_TARGETS
 from reference.kda import kda_chunk, kda_recurrent
+from tests.test_cuda_sm90_bwd import _args as _bwd_args
 from tests.utils import assert_close, case_id, make_inputs
 from triton_kda import backends, chunk_kda
 from triton_kda.backends import ENV_VAR, BackendDeclined, Registry, Selection
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
-on_target = torch.cuda.is_available() and torch.cuda.get_device_capability() in sm90.CAPABILITY_TARGETS
+on_target = torch.cuda.is_available() and torch.cuda.get_device_capability() in CAPABILITY_TARGETS
 needs_target = pytest.mark.skipif(not on_target, reason="needs an sm_90 or sm_100 GPU")
 
 
@@ -121,18 +123,22 @@ def test_verifier_declines_fp16_gate_and_misaligned_inputs():
     assert not ok and "q's data pointer is not 16-byte aligned" in why
 
 
-def test_registered_for_sm90_and_sm100_and_build_failure_falls_back(monkeypatch):
-    assert sm90.BACKEND in backends.registered()
-    assert sm90.BACKEND.supports((9, 0)) and sm90.BACKEND.supports((10, 0)) and not sm90.BACKEND.supports((8, 9))
+@pytest.mark.parametrize("backend", ["sm90", "sm90_bwd"])
+def test_registered_for_sm90_and_sm100_and_build_failure_falls_back(backend, monkeypatch):
+    """Both compiled backends (the forward, the chunk-local backward) run on sm_90 and sm_100 only; a library that
+    fails to build removes the backend with nvcc's message as the reason."""
+    module, args = (sm90, _bf16_args()) if backend == "sm90" else (sm90_bwd, _bwd_args())
+    assert module.BACKEND in backends.registered()
+    assert module.BACKEND.supports((9, 0)) and module.BACKEND.supports((10, 0)) and not module.BACKEND.supports((8, 9))
 
     def broken(target):
         raise build.BuildError("nvcc not found")
 
-    monkeypatch.setattr(sm90, "load_library", broken)
-    monkeypatch.setattr(sm90.torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(library, "load_library", broken)
+    monkeypatch.setattr(library.torch.cuda, "get_device_capability", lambda *a: (9, 0))
     reg = Registry(capability_fn=lambda device: (9, 0))
-    reg.register(sm90.BACKEND)
-    sel = reg.select(sm90.OP, _bf16_args(), "cpu")
+    reg.register(module.BACKEND)
+    sel = reg.select(module.OP, args, "cpu")
     assert sel.fn is None and "loader failed: BuildError: nvcc not found" in sel.reason
 
 

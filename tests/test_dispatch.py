@@ -146,6 +146,10 @@ def test_default_registry_serves_triton(monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
     backends.clear_backend_report()
     chunk_kda(**_inputs())
-    reason = f"no CUDA backend registered for {OP}" if DEVICE == "cuda" else "inputs are on cpu, not a CUDA device"
-    assert triton_kda.backend_report() == [ReportEntry("triton", OP, reason)]
+    (entry,) = triton_kda.backend_report()
+    assert entry.name == "triton" and entry.op == OP
+    if DEVICE == "cpu":
+        assert entry.reason == "inputs are on cpu, not a CUDA device"
+    else:  # fp32 inputs: every compiled backend (cuda_fast's, where it is discovered) declines or none is registered
+        assert entry.reason.startswith(("no CUDA backend takes the call", f"no CUDA backend registered for {OP}"))
     backends.clear_backend_report()

@@ -63,6 +63,15 @@ def kernel_times(fn, d, do, steps=10) -> dict:
     return out
 
 
+def kernel_table(name_a: str, a: dict, name_b: str, b: dict) -> str:
+    """Two `kernel_times` results as one markdown table (us per step), the costliest kernels first."""
+    rows = [f"| kernel | {name_a} us | {name_b} us |", "|---|---:|---:|"]
+    for name in sorted(set(a) | set(b), key=lambda x: -max(a.get(x, 0), b.get(x, 0))):
+        rows.append(f"| {name[:70]} | {a.get(name, 0):.1f} | {b.get(name, 0):.1f} |")
+    rows.append(f"| total | {sum(a.values()):.1f} | {sum(b.values()):.1f} |")
+    return "\n".join(rows)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--old-dir", default=".old")
@@ -92,11 +101,7 @@ def main():
             o, n = statistics.median(times["old"]), statistics.median(times["new"])
             print(f"| B{B} T{T} H{H} | {dname} | {o:.3f} | {n:.3f} | {n / o:.3f} |", flush=True)
             if args.profile:
-                ko, kn = kernel_times(old, d, do), kernel_times(new, d, do)
-                print("| kernel | old us | new us |\n|---|---:|---:|")
-                for name in sorted(set(ko) | set(kn), key=lambda x: -max(ko.get(x, 0), kn.get(x, 0))):
-                    print(f"| {name[:60]} | {ko.get(name, 0):.1f} | {kn.get(name, 0):.1f} |")
-                print(f"| total | {sum(ko.values()):.1f} | {sum(kn.values()):.1f} |", flush=True)
+                print(kernel_table("old", kernel_times(old, d, do), "new", kernel_times(new, d, do)), flush=True)
             del d, do
             torch.cuda.empty_cache()
 

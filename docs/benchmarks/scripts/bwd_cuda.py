@@ -24,7 +24,7 @@ from triton.testing import do_bench
 sys.path.insert(0, os.getcwd())
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bwd_before_after import inputs, kernel_times, step  # noqa: E402
+from bwd_before_after import inputs, kernel_table, kernel_times, step  # noqa: E402
 
 from triton_kda import backends, chunk_kda  # noqa: E402
 
@@ -85,11 +85,8 @@ def main():
             row += f" {t['fla']:.3f} | {t['fla'] / t['cuda']:.3f} |"
         print(row, flush=True)
         if args.profile:
-            kt, kc = kernel_times(fns["triton"], d, do), kernel_times(fns["cuda"], d, do)
-            print("| kernel | triton us | cuda us |\n|---|---:|---:|")
-            for name in sorted(set(kt) | set(kc), key=lambda x: -max(kt.get(x, 0), kc.get(x, 0))):
-                print(f"| {name[:70]} | {kt.get(name, 0):.1f} | {kc.get(name, 0):.1f} |")
-            print(f"| total | {sum(kt.values()):.1f} | {sum(kc.values()):.1f} |", flush=True)
+            print(kernel_table("triton", kernel_times(fns["triton"], d, do), "cuda", kernel_times(fns["cuda"], d, do)),
+                  flush=True)
         del d, do
         torch.cuda.empty_cache()
     geo = math.exp(statistics.mean(math.log(r) for r in ratios))
