@@ -28,7 +28,7 @@ BF16 = torch.bfloat16
 def _args(**change):
     """The verifier's view of a bf16 training call at K = V = 128 (dtype-only stand-ins for the tensors)."""
     t = torch.empty(0, dtype=BF16)
-    return {**dict(q=t, h=t, dh=t, do=t, v_new=t, K=128, V=128, BT=64, HV=4, state_v_first=False, span=False),
+    return {**dict(q=t, k=t, h=t, dh=t, do=t, v_new=t, K=128, V=128, BT=64, HV=4, state_v_first=False, span=False),
             **change}
 
 
@@ -43,7 +43,8 @@ def _args(**change):
     (dict(state_v_first=True), "state_v_first"),
     (dict(span=True), "spanning gate-gradient form"),
     (dict(HV=70000), "grid limit"),
-], ids=["fp16", "fp32-state", "K64", "V256", "BT32", "vfirst", "span", "HV70000"])
+    (dict(k=torch.zeros(9, dtype=BF16)[1:]), "k's data pointer is not 16-byte aligned"),
+], ids=["fp16", "fp32-state", "K64", "V256", "BT32", "vfirst", "span", "HV70000", "k-misaligned"])
 def test_verifier_declines_with_reason(change, reason):
     assert sm90_bwd.verify(_args())[0]
     ok, why = sm90_bwd.verify(_args(**change))

@@ -734,7 +734,8 @@ def intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WY
     `_kda_intra_bwd_kernel`, and `backend_report()` says which ran and why."""
     TT, H, K = q.shape
     HV, V = Gc.shape[1], v_new.shape[2]
-    args = dict(q=q, h=h, dh=dh, do=do, v_new=v_new, K=K, V=V, BT=BT, HV=HV, state_v_first=state_v_first, span=span)
+    args = dict(q=q, k=k, h=h, dh=dh, do=do, v_new=v_new, K=K, V=V, BT=BT, HV=HV, state_v_first=state_v_first,
+                span=span)
     backend = backends.select(BWD_OP, args, q.device)
     if backend.fn is not None:
         dq, dk, dE, dF, dbeta = backend.fn(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk,
