@@ -58,6 +58,11 @@ def load_library(target: str) -> Library:
     return Library(library(target))
 
 
+def data_ptr(t: torch.Tensor | None) -> int | None:
+    """A tensor's address for an argument block (None stays a null pointer)."""
+    return None if t is None else t.data_ptr()
+
+
 def entry_for(device: torch.device | None, name: str, struct: type[ctypes.Structure]) -> Entry:
     """Entry point ``name`` of the library for ``device``'s compute capability (None: the current device), built on
     first use; RuntimeError where cuda_fast has no target for it."""

@@ -20,6 +20,7 @@ from typing import NamedTuple
 import torch
 
 from cuda_fast.library import compiled_backend, entry_for
+from cuda_fast.library import data_ptr as _ptr
 from triton_kda.chunk_fwd import plan_chunks
 from triton_kda.configs import sm_count
 from triton_kda.gate import gate_mode
@@ -106,10 +107,6 @@ class FwdOut(NamedTuple):
     o: torch.Tensor                    # [B, T, HV, V] bf16
     final_state: torch.Tensor | None   # [N, HV, K, V] fp32 ([N, HV, V, K] V-first)
     workspace: Workspace
-
-
-def _ptr(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
 
 
 def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seqlens=None, out=None,

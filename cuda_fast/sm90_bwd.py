@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 
 from cuda_fast.library import compiled_backend, entry_for
+from cuda_fast.library import data_ptr as _ptr
 
 NAME = "sm90_bwd"
 OP = "kda_intra_bwd"
@@ -64,10 +65,6 @@ class IntraBwdGrads(NamedTuple):
     dE: torch.Tensor     # [TT, HV, K] fp32, the gate gradient's terms reaching rows <= i
     dF: torch.Tensor     # [TT, HV, K] fp32, the gate gradient's terms reaching rows > j
     dbeta: torch.Tensor  # [4, TT, HV] fp32, beta-gradient partials through w and L, per quarter of K
-
-
-def _ptr(t: torch.Tensor) -> int:
-    return t.data_ptr()
 
 
 def kda_intra_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL, plan, scale: float, *,

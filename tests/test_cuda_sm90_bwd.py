@@ -11,7 +11,7 @@ import torch
 from cuda_fast import build, sm90_bwd
 from cuda_fast.library import Library
 from cuda_fast.targets import CAPABILITY_TARGETS
-from reference.kda import kda_recurrent
+from tests.test_chunk_bwd import LEAVES, _cotangents, _kernel_grads, _oracle_grads
 from tests.utils import DEVICE, assert_close, case_id, make_inputs, rel_rmse
 from triton_kda import backends, chunk_kda
 from triton_kda.backends import Selection
@@ -94,34 +94,18 @@ CASES = [
 ]
 TAGS = ["kimi-gva-varlen-h0", "strong-exact-h0", "pregated"]
 CASE_IDS = [case_id(B=c[0], T=c[1], H=c[2], HV=c[3]) + f"-{tag}" for c, tag in zip(CASES, TAGS, strict=True)]
-LEAVES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
-
-
 def _inputs(case, seed=0):
+    """bf16 inputs of a case (every tensor a leaf that requires grad) and test_chunk_bwd's cotangents."""
     B, T, H, HV, seqlens, opts = case
     d = make_inputs(B, T, H, HV, 128, 128, dtype=BF16, device="cuda", seqlens=seqlens, seed=seed, **opts)
     for name in LEAVES:
         if name in d:
             d[name].requires_grad_(True)
-    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
-    do = torch.randn(d["v"].shape, generator=gen, device="cuda").to(BF16)
-    dht = torch.randn(d["initial_state"].shape, generator=gen, device="cuda") if "initial_state" in d else None
-    return d, do, dht
+    return (d, *_cotangents(d, seed))
 
 
 def _grads(d, do, dht, disable_recompute=False):
-    names = [n for n in LEAVES if n in d]
-    o, ht = chunk_kda(**d, disable_recompute=disable_recompute)
-    outputs, cots = ([o, ht], [do, dht]) if dht is not None else ([o], [do])
-    return dict(zip(names, torch.autograd.grad(outputs, [d[n] for n in names], cots), strict=True))
-
-
-def _oracle(d, do, dht):
-    names = [n for n in LEAVES if n in d]
-    ref = {**d, **{n: d[n].detach().double().requires_grad_(True) for n in names}}
-    o, ht = kda_recurrent(**ref)
-    outputs, cots = ([o, ht], [do.double(), dht.double()]) if dht is not None else ([o], [do.double()])
-    return dict(zip(names, torch.autograd.grad(outputs, [ref[n] for n in names], cots), strict=True))
+    return _kernel_grads(d, 64, disable_recompute, do, dht)
 
 
 def _captured(monkeypatch, d, do, dht) -> list:
@@ -241,7 +225,7 @@ def test_training_grads_match_oracle_and_triton(case, monkeypatch):
     assert [e.name for e in backends.backend_report() if e.op == BWD_OP] == [sm90_bwd.NAME]
     monkeypatch.setenv("TRITON_KDA_SM90_BWD", "0")
     tri = _grads(d, do, dht)
-    ref = _oracle(d, do, dht)
+    ref = _oracle_grads(d, do, dht)
     for name, g in got.items():
         bound = min(GRAD_TOL[name], GRAD_FACTOR * rel_rmse(tri[name].double(), ref[name]))
         assert_close(f"d{name}", g, ref[name], bound)
