@@ -1,10 +1,12 @@
 """The compiled CUDA chunk-local backward of ``chunk_kda`` for Hopper (sm_90a) and Blackwell (sm_100a): backend
 ``sm90_bwd``, op ``kda_intra_bwd``.
 
-It replaces the Triton kernel ``triton_kda.intra._kda_intra_bwd_kernel`` inside a training step (same inputs, same
-outputs, per quarter of K instead of per K slice for the beta partials); the rest of the backward stays Triton.
-Scope (the verifier declines everything else, with the reason): bf16 q/k with bf16 states, state gradients, do and
-v_new (the bf16 training path), K = V = 128, 64-token chunks, K-first states, the E-form gate gradient.
+It replaces two Triton kernels of a training step, ``triton_kda.intra._kda_intra_bwd_kernel`` and the gate backward
+after it (``triton_kda.gate._kda_gate_bwd_kernel``): same inputs, same outputs (per quarter of K instead of per K
+slice for the beta partials, per half of K for the dA_log ones), without the fp32 round trip of the gate gradient's
+terms between them; the rest of the backward stays Triton.
+Scope (the verifier declines everything else, with the reason): bf16 q/k/g with bf16 states, state gradients, do
+and v_new (the bf16 training path), K = V = 128, 64-token chunks, K-first states, the E-form gate gradient.
 cuda_fast/csrc/kda_intra_bwd.cu has the kernel; the library is built on first use (``cuda_fast.build``), never at
 import, and ``kda_intra_bwd`` validates sizes, alignment and devices before it launches.
 """
@@ -24,6 +26,7 @@ ENV_SWITCH = "TRITON_KDA_SM90_BWD"
 BT = 64
 D = 128
 QUARTERS = 4  # the kernel's dbeta partials: one per 32 columns of K
+HALVES = 2    # its dA_log partials: one per 64 columns of K
 
 
 class IntraBwdArgs(ctypes.Structure):
@@ -31,16 +34,19 @@ class IntraBwdArgs(ctypes.Structure):
 
     _fields_ = [
         *((name, ctypes.c_void_p) for name in (
-            "q", "k", "Gc", "gl", "rstd_q", "rstd_k", "beta", "h", "dh", "v_new", "do", "dvb", "dAqk", "dL",
-            "cu_seqlens", "chunk_indices", "dq", "dk", "dE", "dF", "dbeta")),
+            "q", "k", "g", "A_log", "dt_bias", "Gc", "gl", "rstd_q", "rstd_k", "beta", "h", "dh", "v_new", "do",
+            "dvb", "dAqk", "dL", "cu_seqlens", "chunk_indices", "dq", "dk", "dg", "dbeta", "dA_log_part",
+            "ddt_bias_part")),
         *((name, ctypes.c_int64) for name in ("TT", "NT", "H", "HV", "K", "V", "BT")),
         ("scale", ctypes.c_float),
+        ("lower_bound", ctypes.c_float),
+        ("gate", ctypes.c_int32),
     ]
 
 
 def verify(args: dict) -> tuple[bool, str]:
     """Whether this backend takes a chunk-local backward (``args``: see ``triton_kda.intra.intra_bwd``)."""
-    for name in ("q", "h", "dh", "do", "v_new"):
+    for name in ("q", "g", "h", "dh", "do", "v_new"):
         if args[name].dtype != torch.bfloat16:
             return False, f"{name} must be bfloat16, got {args[name].dtype}"
     if args["K"] != D or args["V"] != D:
@@ -60,30 +66,49 @@ def verify(args: dict) -> tuple[bool, str]:
 
 
 class IntraBwdGrads(NamedTuple):
-    dq: torch.Tensor     # [TT, HV, K] fp32, per v-head, w.r.t. the normalised q
-    dk: torch.Tensor     # [TT, HV, K] fp32, per v-head, w.r.t. the normalised k
-    dE: torch.Tensor     # [TT, HV, K] fp32, the gate gradient's terms reaching rows <= i
-    dF: torch.Tensor     # [TT, HV, K] fp32, the gate gradient's terms reaching rows > j
-    dbeta: torch.Tensor  # [4, TT, HV] fp32, beta-gradient partials through w and L, per quarter of K
+    """The kernel's outputs, in the order of ``triton_kda.intra.IntraBwdOut``."""
+    dq: torch.Tensor                    # [TT, HV, K] fp32, per v-head, w.r.t. the normalised q
+    dk: torch.Tensor                    # [TT, HV, K] fp32, per v-head, w.r.t. the normalised k
+    dg: torch.Tensor                    # [TT, HV, K] bf16, w.r.t. g as passed
+    dbeta: torch.Tensor                 # [4, TT, HV] fp32, beta-gradient partials through w and L, per quarter of K
+    dA_log_part: torch.Tensor | None    # [2, NT, HV] fp32 per half of K and chunk (with A_log in the gate)
+    ddt_bias_part: torch.Tensor | None  # [NT, HV, K] fp32 per chunk (with dt_bias in the gate)
 
 
-def kda_intra_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL, plan, scale: float, *,
+def grads_like(q, g, NT: int, *, has_a_log: bool, has_dt_bias: bool, fill: float | None = None) -> IntraBwdGrads:
+    """Output buffers for `kda_intra_bwd` (flattened q [TT, H, K], g [TT, HV, K]), NaN-filled with ``fill=nan``."""
+    TT, HV, K = g.shape
+
+    def new(*shape, dtype=torch.float32):
+        x = torch.empty(*shape, device=q.device, dtype=dtype)
+        return x if fill is None else x.fill_(fill)
+
+    return IntraBwdGrads(new(TT, HV, K), new(TT, HV, K), new(TT, HV, K, dtype=g.dtype), new(QUARTERS, TT, HV),
+                         new(HALVES, NT, HV) if has_a_log else None, new(NT, HV, K) if has_dt_bias else None)
+
+
+def kda_intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL, plan,
+                  scale: float, gate: int, lower_bound: float | None, *,
                   out: IntraBwdGrads | None = None) -> IntraBwdGrads:
-    """The chunk-local backward on flattened, contiguous tensors (shapes as in ``IntraBwdArgs``'s C mirror;
-    plan: the ``ChunkPlan`` of 64-token chunks). ``out`` may be given (tests pass NaN-filled buffers)."""
+    """The chunk-local backward and the gate backward on flattened, contiguous tensors (shapes as in
+    ``IntraBwdArgs``'s C mirror; A_log [HV] and dt_bias [HV * K] or None, any float dtype; gate: triton_kda.gate's
+    GATE constexpr; plan: the ``ChunkPlan`` of 64-token chunks). ``out`` may be given (tests pass NaN-filled
+    buffers)."""
     TT, H, K = q.shape
     HV, V = Gc.shape[1], v_new.shape[2]
     dev = q.device
     lib = entry_for(dev, "kda_intra_bwd", IntraBwdArgs)
+    A_log, dt_bias = (x.float().contiguous() if gate and x is not None else None for x in (A_log, dt_bias))
     if out is None:
-        f32 = dict(device=dev, dtype=torch.float32)
-        out = IntraBwdGrads(*(torch.empty(TT, HV, K, **f32) for _ in range(4)), torch.empty(QUARTERS, TT, HV, **f32))
+        out = grads_like(q, g, plan.NT, has_a_log=A_log is not None, has_dt_bias=dt_bias is not None)
     args = IntraBwdArgs(
-        q=_ptr(q), k=_ptr(k), Gc=_ptr(Gc), gl=_ptr(gl), rstd_q=_ptr(rstd_q), rstd_k=_ptr(rstd_k),
-        beta=_ptr(beta_act), h=_ptr(h), dh=_ptr(dh), v_new=_ptr(v_new), do=_ptr(do), dvb=_ptr(dvb),
-        dAqk=_ptr(dAqk), dL=_ptr(dL), cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices),
-        dq=_ptr(out.dq), dk=_ptr(out.dk), dE=_ptr(out.dE), dF=_ptr(out.dF), dbeta=_ptr(out.dbeta),
+        q=_ptr(q), k=_ptr(k), g=_ptr(g), A_log=_ptr(A_log), dt_bias=_ptr(dt_bias), Gc=_ptr(Gc), gl=_ptr(gl),
+        rstd_q=_ptr(rstd_q), rstd_k=_ptr(rstd_k), beta=_ptr(beta_act), h=_ptr(h), dh=_ptr(dh), v_new=_ptr(v_new),
+        do=_ptr(do), dvb=_ptr(dvb), dAqk=_ptr(dAqk), dL=_ptr(dL), cu_seqlens=_ptr(plan.cu_seqlens),
+        chunk_indices=_ptr(plan.chunk_indices), dq=_ptr(out.dq), dk=_ptr(out.dk), dg=_ptr(out.dg),
+        dbeta=_ptr(out.dbeta), dA_log_part=_ptr(out.dA_log_part), ddt_bias_part=_ptr(out.ddt_bias_part),
         TT=TT, NT=plan.NT, H=H, HV=HV, K=K, V=V, BT=BT, scale=scale,
+        lower_bound=lower_bound if lower_bound is not None else 0.0, gate=gate,
     )
     with torch.cuda.device(dev):
         lib(args, torch.cuda.current_stream(dev).cuda_stream)

@@ -1,7 +1,8 @@
-"""cuda_fast's sm90_bwd backend (the compiled chunk-local backward): verifier, registration and the C entry point's
-checks on any machine with nvcc; on an sm_90 / sm_100 GPU, the kernel against an fp64 evaluation of its formulas
-(NaN-poisoned outputs; its error beside the Triton kernel's on the same inputs), bf16 training gradients against the
-fp64 recurrent oracle (beside the Triton backward's error on the same inputs), bit-identical reruns and the report."""
+"""cuda_fast's sm90_bwd backend (the compiled chunk-local and gate backward): verifier, registration and the C entry
+point's checks on any machine with nvcc; on an sm_90 / sm_100 GPU, the kernel against an fp64 evaluation of its
+formulas (NaN-poisoned outputs; its error beside the Triton kernels' on the same inputs), bf16 training gradients
+against the fp64 recurrent oracle (beside the Triton backward's error on the same inputs), bit-identical reruns and
+the report."""
 import math
 import shutil
 
@@ -15,6 +16,7 @@ from tests.test_chunk_bwd import LEAVES, _cotangents, _kernel_grads, _oracle_gra
 from tests.utils import DEVICE, assert_close, case_id, make_inputs, rel_rmse
 from triton_kda import backends, chunk_kda
 from triton_kda.backends import Selection
+from triton_kda.gate import GATE_LOWER_BOUND, GATE_NONE, GATE_SOFTPLUS, gate_bwd
 from triton_kda.intra import BWD_OP, intra_local_bwd
 from triton_kda.wy import WYBwdOut
 
@@ -28,7 +30,8 @@ BF16 = torch.bfloat16
 def _args(**change):
     """The verifier's view of a bf16 training call at K = V = 128 (dtype-only stand-ins for the tensors)."""
     t = torch.empty(0, dtype=BF16)
-    return {**dict(q=t, k=t, h=t, dh=t, do=t, v_new=t, K=128, V=128, BT=64, HV=4, state_v_first=False, span=False),
+    return {**dict(q=t, k=t, g=t, h=t, dh=t, do=t, v_new=t, K=128, V=128, BT=64, HV=4, state_v_first=False,
+                   span=False),
             **change}
 
 
@@ -37,6 +40,7 @@ def _args(**change):
 @pytest.mark.parametrize("change, reason", [
     (dict(q=torch.empty(0, dtype=torch.float16)), "q must be bfloat16"),
     (dict(h=torch.empty(0)), "h must be bfloat16"),
+    (dict(g=torch.empty(0)), "g must be bfloat16"),
     (dict(K=64), "needs K = V = 128"),
     (dict(V=256), "needs K = V = 128"),
     (dict(BT=32), "needs 64-token chunks"),
@@ -44,7 +48,7 @@ def _args(**change):
     (dict(span=True), "spanning gate-gradient form"),
     (dict(HV=70000), "grid limit"),
     (dict(k=torch.zeros(9, dtype=BF16)[1:]), "k's data pointer is not 16-byte aligned"),
-], ids=["fp16", "fp32-state", "K64", "V256", "BT32", "vfirst", "span", "HV70000", "k-misaligned"])
+], ids=["fp16", "fp32-state", "fp32-gate", "K64", "V256", "BT32", "vfirst", "span", "HV70000", "k-misaligned"])
 def test_verifier_declines_with_reason(change, reason):
     assert sm90_bwd.verify(_args())[0]
     ok, why = sm90_bwd.verify(_args(**change))
@@ -78,6 +82,9 @@ def test_entry_point_validation(tmp_path, monkeypatch):
     assert "needs K = V = 128 and BT = 64, got K=64 V=128 BT=64" in call(K=64)
     assert "BT=32" in call(BT=32)
     assert "HV a multiple of H" in call(H=2, HV=3)
+    assert "bad gate arguments: gate=3" in call(gate=3)
+    assert "dA_log_part null" in call(gate=1, A_log=8)  # a parameter without its partial
+    assert "gate=0" in call(dt_bias=8, ddt_bias_part=8)  # the parameters only go with the in-kernel gate
     # then the pointer checks shared with kda_fwd (common.cuh, tested in test_cuda_sm90.py)
     assert ("q is null" if torch.cuda.is_available() else "no current CUDA device") in call()
 
@@ -91,8 +98,9 @@ CASES = [
     (2, 130, 1, 2, None, dict(gate="strong", use_qk_l2norm_in_kernel=True, initial_state=True,
                               output_final_state=True)),  # a quarter of the channels takes the exact sums
     (2, 256, 2, 2, None, dict(use_qk_l2norm_in_kernel=True)),  # pre-gated logsigmoid
+    (1, 200, 2, 2, None, dict(use_gate_in_kernel=True, gate="masked", use_qk_l2norm_in_kernel=True)),  # softplus
 ]
-TAGS = ["kimi-gva-varlen-h0", "strong-exact-h0", "pregated"]
+TAGS = ["kimi-gva-varlen-h0", "strong-exact-h0", "pregated", "softplus-masked"]
 CASE_IDS = [case_id(B=c[0], T=c[1], H=c[2], HV=c[3]) + f"-{tag}" for c, tag in zip(CASES, TAGS, strict=True)]
 def _inputs(case, seed=0):
     """bf16 inputs of a case (every tensor a leaf that requires grad) and test_chunk_bwd's cotangents."""
@@ -121,10 +129,9 @@ def _captured(monkeypatch, d, do, dht) -> list:
         assert sel.name == sm90_bwd.NAME, sel.reason
 
         def record(*call):
-            TT, HV, K = call[0].shape[0], call[2].shape[1], 128
-            nan = dict(device="cuda", dtype=torch.float32)
-            out = sm90_bwd.IntraBwdGrads(*(torch.full((TT, HV, K), math.nan, **nan) for _ in range(4)),
-                                         torch.full((sm90_bwd.QUARTERS, TT, HV), math.nan, **nan))
+            q, _, g, A_log, dt_bias, *_, plan, _, gate, _ = call
+            out = sm90_bwd.grads_like(q, g, plan.NT, has_a_log=gate > 0 and A_log is not None,
+                                      has_dt_bias=gate > 0 and dt_bias is not None, fill=math.nan)
             res = sel.fn(*call, out=out)
             seen.append((call, res))
             return res
@@ -138,16 +145,36 @@ def _captured(monkeypatch, d, do, dht) -> list:
     return seen[0]
 
 
+def _gate_act_bwd(dgate, g, A_log, dt_bias, gate: int, lower_bound):
+    """fp64 (dg, dA_log, ddt_bias) of the gate activation (triton_kda.gate's GATE forms) from dgate [TT, HV, K]."""
+    HV, K = g.shape[1:]
+    if gate == GATE_NONE:
+        return dgate, None, None
+    x = g + (dt_bias.double().view(HV, K) if dt_bias is not None else 0.0)
+    a = torch.exp(A_log.double())[:, None] if A_log is not None else torch.ones(HV, 1, dtype=torch.float64,
+                                                                                device=g.device)
+    if gate == GATE_SOFTPLUS:
+        dx, da = -a * torch.sigmoid(x) * dgate, -torch.nn.functional.softplus(x) * dgate
+    else:
+        assert gate == GATE_LOWER_BOUND
+        sg = torch.sigmoid(a * x)
+        ds = lower_bound * sg * (1 - sg) * dgate
+        dx, da = ds * a, ds * x
+    return (dx, (da.sum((0, 2)) * a[:, 0]) if A_log is not None else None,
+            dx.sum(0).flatten() if dt_bias is not None else None)
+
+
 def _stage_ref(call) -> dict:
     """fp64 evaluation of the chunk-local backward's formulas (triton_kda.intra._kda_intra_bwd_kernel's docstring)
-    with exact decays 2^(G_i - G_j), chunk by chunk: dq, dk, dE, dF [TT, HV, K] and dbeta [TT, HV]."""
-    q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL, plan, scale = call
-    f64 = [x.double() for x in (q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL)]
-    q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL = f64
+    with exact decays 2^(G_i - G_j), chunk by chunk, and of the gate backward after it (`_kda_gate_bwd_kernel`):
+    dq, dk [TT, HV, K], dbeta [TT, HV], dg [TT, HV, K], dA_log [HV] and ddt_bias [HV * K] (None without them)."""
+    q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL, plan, scale, gate, lb = call
+    f64 = [x.double() for x in (q, k, g, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL)]
+    q, k, g, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL = f64
     TT, H, K = q.shape
     HV = Gc.shape[1]
     grp = HV // H
-    out = {name: torch.zeros(TT, HV, K, dtype=torch.float64, device=q.device) for name in ("dq", "dk", "dE", "dF")}
+    out = {name: torch.zeros(TT, HV, K, dtype=torch.float64, device=q.device) for name in ("dq", "dk", "dgate")}
     out["dbeta"] = torch.zeros(TT, HV, dtype=torch.float64, device=q.device)
     cu = plan.cu_seqlens.tolist()
     for c, (seq, local) in enumerate(plan.chunk_indices.tolist()):
@@ -174,15 +201,18 @@ def _stage_ref(call) -> dict:
         E[:, n - 1] += (S * dS).sum(-1) * torch.exp2(gl[c])
         out["dq"][rows] = (dqn * scale).transpose(0, 1)
         out["dk"][rows] = (X * b * eG + dkg * eGl + b * RL + C).transpose(0, 1)
-        out["dE"][rows] = E.transpose(0, 1)
-        out["dF"][rows] = (dkg * eGl * kn).transpose(0, 1)
+        F = dkg * eGl * kn
+        # dgate_m = sum_{i >= m} E_i + sum_{j < m} F_j
+        out["dgate"][rows] = (E.flip(1).cumsum(1).flip(1) + F.cumsum(1) - F).transpose(0, 1)
         out["dbeta"][rows] = (kn * (X * eG + RL)).sum(-1).transpose(0, 1)
+    out["dg"], out["dA_log"], out["ddt_bias"] = _gate_act_bwd(out.pop("dgate"), g, A_log, dt_bias, gate, lb)
     return out
 
 
-# the kernel's error on the captured inputs, against the Triton kernel's on the same inputs: at most TRITON_FACTOR
-# times it or STAGE_FLOOR (relative RMSE). H100, 2026-11-25: cuda / triton 0.19-0.54 on dq, dk, dE, dbeta (its dvb
-# products carry 16 mantissa bits, TF32 10), 0.88-1.00 on dF (1.2e-7 to 1.4e-7)
+# the kernel's error on the captured inputs, against the Triton kernels' on the same inputs: at most TRITON_FACTOR
+# times it or STAGE_FLOOR (relative RMSE). H100, 2026-11-25 (8cb9adc, before the gate backward joined the kernel):
+# cuda / triton 0.19-0.54 on dq, dk, dE, dbeta (its dvb products carry 16 mantissa bits, TF32 10), 0.88-1.00 on dF
+# (1.2e-7 to 1.4e-7)
 TRITON_FACTOR = 1.5
 STAGE_FLOOR = 1e-5
 
@@ -195,13 +225,18 @@ def test_kernel_matches_fp64_stage_and_triton(case, monkeypatch):
     d, do, dht = _inputs(case)
     call, got = _captured(monkeypatch, d, do, dht)
     ref = _stage_ref(call)
-    q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do_, dAqk, dL, plan, scale = call
-    monkeypatch.setenv("TRITON_KDA_SM90_BWD", "0")
-    tri = intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, WYBwdOut(None, dvb, dAqk, dL, None),
-                          do_, scale, plan, 64, gate=0, state_v_first=False, prec="tf32", prec_state="tf32",
-                          span=False)
-    pairs = dict(dq=(got.dq, tri.dq), dk=(got.dk, tri.dk), dE=(got.dE, tri.dD), dF=(got.dF, tri.dW),
-                 dbeta=(got.dbeta.sum(0), tri.dbeta.sum(0)))
+    q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do_, dAqk, dL, plan, scale, gate, lb = (
+        call)
+    lo = intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, WYBwdOut(None, dvb, dAqk, dL, None),
+                         do_, scale, plan, 64, gate=gate, state_v_first=False, prec="tf32", prec_state="tf32",
+                         span=False)
+    dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, lo.dD, lo.dW, plan, 64, 0, gate=gate, lower_bound=lb)
+    pairs = dict(dq=(got.dq, lo.dq), dk=(got.dk, lo.dk), dbeta=(got.dbeta.sum(0), lo.dbeta.sum(0)), dg=(got.dg, dg))
+    if ref["dA_log"] is not None:
+        pairs["dA_log"] = (got.dA_log_part.sum((0, 1)), dA_log_part.sum((0, 1)))
+    if ref["ddt_bias"] is not None:
+        pairs["ddt_bias"] = (got.ddt_bias_part.sum(0).flatten(), ddt_bias_part.sum(0).flatten())
+    assert (A_log is not None) == ("dA_log" in pairs) and (dt_bias is not None) == ("ddt_bias" in pairs)
     for name, (cuda, triton) in pairs.items():
         assert_close(name, cuda, ref[name], max(TRITON_FACTOR * rel_rmse(triton.double(), ref[name]), STAGE_FLOOR))
 

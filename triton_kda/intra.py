@@ -50,7 +50,7 @@ from triton_kda.configs import (
 from triton_kda.gate import GATE_LOWER_BOUND, _gate_cumsum, _gate_cumsum_of, _gate_tile, gate_bwd, gate_mode
 from triton_kda.wy import IntraOut, WYBwdOut
 
-BWD_OP = "kda_intra_bwd"  # the chunk-local backward's op name in the backend registry
+BWD_OP = "kda_intra_bwd"  # the chunk-local and gate backward's op name in the backend registry
 RANGE_MAX = tl.constexpr(110.0)  # log2 units: 2^110 * |k| stays far inside the fp32/bf16 range
 
 
@@ -729,18 +729,9 @@ def intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WY
                     span: bool) -> IntraLocalOut:
     """The chunk-local backward: `_kda_intra_bwd_span_kernel` (span) or `_kda_intra_bwd_kernel` on the
     (NT * NC, HV, NK) grid; shapes as in their docstrings (contiguous, flattened to TT tokens); gate: the GATE
-    constexpr (part of the launch-table key); wy: `wy_bwd`'s outputs. The kernel is op `kda_intra_bwd` of the backend
-    registry: a compiled backend that takes the call (cuda_fast.sm90_bwd: bf16 training on sm_90 / sm_100) replaces
-    `_kda_intra_bwd_kernel`, and `backend_report()` says which ran and why."""
+    constexpr (part of the launch-table key); wy: `wy_bwd`'s outputs."""
     TT, H, K = q.shape
     HV, V = Gc.shape[1], v_new.shape[2]
-    args = dict(q=q, k=k, h=h, dh=dh, do=do, v_new=v_new, K=K, V=V, BT=BT, HV=HV, state_v_first=state_v_first,
-                span=span)
-    backend = backends.select(BWD_OP, args, q.device)
-    if backend.fn is not None:
-        dq, dk, dE, dF, dbeta = backend.fn(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk,
-                                           wy.dL, plan, scale)
-        return IntraLocalOut(dq, dk, dE, dF, dbeta, 0)
     arch = arch_of(q.device)
     f32 = dict(device=q.device, dtype=torch.float32)
     dq, dk, dD = (torch.empty(TT, HV, K, **f32) for _ in range(3))
@@ -771,7 +762,15 @@ def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, 
               scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
               prec: str, prec_state: str, span: bool) -> IntraBwdOut:
     """`intra_local_bwd`, then `_kda_gate_bwd_kernel` on (NT, HV, NK) (gate.py's `gate_bwd`); A_log [HV] and
-    dt_bias [HV * K] or None; the rest as in `intra_local_bwd`."""
+    dt_bias [HV * K] or None; the rest as in `intra_local_bwd`. Both are op `kda_intra_bwd` of the backend registry:
+    a compiled backend that takes the call (cuda_fast.sm90_bwd: bf16 training on sm_90 / sm_100) runs them as one
+    kernel, and `backend_report()` says which ran and why."""
+    args = dict(q=q, k=k, g=g, h=h, dh=dh, do=do, v_new=v_new, K=q.shape[2], V=v_new.shape[2], BT=BT, HV=g.shape[1],
+                state_v_first=state_v_first, span=span)
+    backend = backends.select(BWD_OP, args, q.device)
+    if backend.fn is not None:
+        return IntraBwdOut(*backend.fn(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb,
+                                       do, wy.dAqk, wy.dL, plan, scale, gate, lower_bound))
     lo = intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy, do, scale, plan, BT, gate=gate,
                          state_v_first=state_v_first, prec=prec, prec_state=prec_state, span=span)
     dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, lo.dD, lo.dW, plan, BT, lo.BC, gate=gate,

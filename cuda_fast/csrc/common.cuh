@@ -66,6 +66,11 @@ __device__ __forceinline__ float2 unpack_bf16(uint32_t x) {
     return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&x));
 }
 
+// barrier `id` (1..15) of `nthreads` threads (a multiple of 32): the warps of a CTA that are still running
+__device__ __forceinline__ void bar_sync(int id, int nthreads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

@@ -10,7 +10,10 @@
 //                  C_j  = sum_i (dAqk_ij qn_i + dL_ij beta_i kn_i) 2^(G_i - G_j)   (tf32 mma, anchored at the
 //                  block's first row a: 2^(G_i - G_j) = 2^(G_i - G_a) 2^(G_a - G_j); a block whose range exceeds
 //                  RANGE_MAX sums exactly, term by term)
-//     epilogue     dq, dk, the gate gradient's terms dE, dF and per-quarter dbeta partials, as in the Triton kernel.
+//     epilogue     dq, dk and per-quarter dbeta partials, as in the Triton kernel, and the gate gradient: its row terms
+//                  E and F (the Triton kernel's E-form) meet in shared memory, where each column is scanned,
+//                  dgate_m = sum_{i >= m} E_i + sum_{j < m} F_j, and taken through the gate's activation as
+//                  triton_kda.gate's `_kda_gate_bwd_kernel` does (dg, and the dA_log / ddt_bias partials).
 // Shared memory holds the chunk's S and dS rows of this half (the state side's B operands) and its G, q, k, dAqk, dL
 // and row scalars (the intra sums' operands, staged while the state side runs); do, v_new and dvb rows come straight
 // from global memory into the A fragments. The reduction index of every product is permuted so that each lane reads
@@ -22,6 +25,9 @@
 struct IntraBwdArgs {
     const __nv_bfloat16* q;        // [TT, H, K]
     const __nv_bfloat16* k;        // [TT, H, K]
+    const __nv_bfloat16* g;        // [TT, HV, K] the gate as passed (raw input of the in-kernel gate, or the decay)
+    const float* A_log;            // [HV] or null
+    const float* dt_bias;          // [HV * K] or null
     const float* Gc;               // [TT, HV, K] gate cumsum, log2 units
     const float* gl;               // [NT, HV, K] G at each chunk's last token
     const float* rstd_q;           // [TT, HV]
@@ -38,11 +44,14 @@ struct IntraBwdArgs {
     const int32_t* chunk_indices;  // [NT, 2]: (sequence, chunk within it)
     float* dq;                     // [TT, HV, K] w.r.t. qn, per v-head
     float* dk;                     // [TT, HV, K] w.r.t. kn, per v-head
-    float* dE;                     // [TT, HV, K] gate-gradient terms reaching rows <= i
-    float* dF;                     // [TT, HV, K] gate-gradient terms reaching rows > j
+    __nv_bfloat16* dg;             // [TT, HV, K] w.r.t. g
     float* dbeta;                  // [4, TT, HV] beta-gradient partials per quarter of K (through w and L)
+    float* dA_log_part;            // [2, NT, HV] per half of K and chunk, or null (exactly when A_log is)
+    float* ddt_bias_part;          // [NT, HV, K] per chunk, or null (exactly when dt_bias is)
     int64_t TT, NT, H, HV, K, V, BT;
     float scale;
+    float lower_bound;             // gate 2's bound
+    int32_t gate;                  // 0: g is the log decay; 1: -exp(A_log) softplus(g + dt_bias); 2: lower-bound form
 };
 
 namespace {
@@ -60,6 +69,18 @@ constexpr int SMEM_BYTES = (BT * SP + 2 * BT * SPA + 3 * BT) * 4 + 2 * BT * SPB 
 // S and dS rows in shared memory ([64, 128] bf16, no padding): the 16-byte pieces of odd rows are XOR-swizzled by 4,
 // so the 8 lanes of a quarter warp (rows 2m, 2m + 1, four pieces each) hit 32 distinct banks
 __device__ __forceinline__ int swz(int row, int piece) { return row * D + 8 * (piece ^ ((row & 1) << 2)); }
+
+// E and F ([64, 64] fp32, in the space of S and dS once those are read): columns XOR-swizzled by 8 (row & 3), so a
+// half warp's float2 stores (four rows, four lanes each) and the column scans' row reads hit distinct banks
+__device__ __forceinline__ int swe(int row, int col) { return row * KH + (col ^ ((row & 3) << 3)); }
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// log(1 + e^x) as triton_kda.gate's _softplus: no overflow, and accurate where e^x is tiny
+__device__ __forceinline__ float softplus(float x) {
+    const float y = expf(fminf(x, 20.0f)), u = 1.0f + y;
+    return x > 20.0f ? x : (u == 1.0f ? y : logf(u) * (y / (u - 1.0f)));
+}
 
 // experiment knobs (cuda_fast.build's TRITON_KDA_NVCC_FLAGS, e.g. -DKDA_BWD_MIN_BLOCKS=1); H100 B2 T8192 H32, on the
 // kernel before S / dS were staged: MIN_BLOCKS 2 2172 us, 1 2508 us (162 registers), 1 with V_UNROLL 2 2387 us
@@ -185,9 +206,8 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     }
     cp_async_wait<0>();
     __syncthreads();
-    if (!active) return;  // no barrier follows
     float sds[4] = {};  // rowsum(S dS) of column c0 + 8 n + gi, for the block that holds the chunk's last row
-    if (nvalid - 1 - ra < 16) {
+    if (active && nvalid - 1 - ra < 16) {
 #pragma unroll
         for (int n = 0; n < 4; ++n) {
 #pragma unroll
@@ -206,9 +226,12 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
             sds[n] += __shfl_xor_sync(0xffffffffu, sds[n], 2);
         }
     }
-
+    __syncthreads();  // S and dS are read: their space takes E and F
+    float* sE = reinterpret_cast<float*>(sS);
+    float* sF = reinterpret_cast<float*>(sdS);
+    if (!active) return;  // blocks past the sequence end: step 6 syncs the others with a named barrier
     // 3. the state side's terms, folded in place: dqg -> dqn = do S^T 2^G, xs -> dkn = X beta 2^G + kgl,
-    //    dkg -> E = kn X beta 2^G (+ the state decay's term on the chunk's last row); dF is final here
+    //    dkg -> E = kn X beta 2^G (+ the state decay's term on the chunk's last row); F is final here
     //    (accumulator element e of n-tile n: row e < 2 ? row0 : row1, column c0 + 8 n + 2 ti + (e & 1))
     const int64_t gbase = (ci * HV + hv) * D + kh * KH;
     float db[2] = {0.0f, 0.0f};
@@ -238,10 +261,7 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
                 db[hr] += knr * XeG;
                 vF[e] = dkgl * knr;
             }
-            if (ok) {
-                *reinterpret_cast<float2*>(a.dF + ((t0 + row) * HV + hv) * D + kh * KH + colb) =
-                    make_float2(vF[0], vF[1]);
-            }
+            *reinterpret_cast<float2*>(sF + swe(row, colb)) = make_float2(vF[0], vF[1]);
         }
     }
     float (&dqn)[4][4] = dqg;
@@ -356,7 +376,7 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
         }
     }
 
-    // 5. stores: dq, dk, dE and the dbeta partial of this quarter of K
+    // 5. stores: dq, dk, E (to shared memory) and the dbeta partial of this quarter of K
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
         const int colb = c0 + 8 * n + 2 * ti;
@@ -370,7 +390,7 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
             const float e1 = dE[n][x + 1] + qn(row, colb + 1) * dqn[n][x + 1];
             *reinterpret_cast<float2*>(a.dq + out) = make_float2(dqn[n][x] * a.scale, dqn[n][x + 1] * a.scale);
             *reinterpret_cast<float2*>(a.dk + out) = make_float2(dkn[n][x], dkn[n][x + 1]);
-            *reinterpret_cast<float2*>(a.dE + out) = make_float2(e0, e1);
+            *reinterpret_cast<float2*>(sE + swe(row, colb)) = make_float2(e0, e1);
         }
     }
 #pragma unroll
@@ -381,6 +401,79 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     const int64_t quarter = kh * 2 + kq;
     if (ti == 0 && ok0) a.dbeta[(quarter * a.TT + t0 + row0) * HV + hv] = db[0];
     if (ti == 0 && ok1) a.dbeta[(quarter * a.TT + t0 + row1) * HV + hv] = db[1];
+
+    // 6. the gate gradient of this half of K: the warps of row block r take its rows, thread (r, c) column c. Each sum
+    //    runs in a fixed order (block totals, then the block's rows), so reruns are bit-identical.
+    const int nblk = (nvalid + 15) / 16, nthreads = 64 * nblk;  // the row blocks still here, and their threads
+    const int c = lane + 32 * kq, s = r;
+    const int m0 = ra, m1 = min(m0 + 16, nvalid);
+    const int64_t col = kh * KH + c;
+    float gx[16];  // the raw gate input x = g + dt_bias of the segment's rows (loaded before the barriers)
+    const float dtb = a.dt_bias != nullptr ? a.dt_bias[hv * D + col] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const bool ok = a.gate > 0 && m0 + i < m1;
+        gx[i] = ok ? __bfloat162float(a.g[((t0 + m0 + i) * HV + hv) * D + col]) + dtb : 0.0f;
+    }
+    const float ea = a.A_log != nullptr ? expf(a.A_log[hv]) : 1.0f;
+    bar_sync(1, nthreads);  // E and F are complete; G, dAqk and dL are no longer read
+    float* sTot = sA;  // [2, 4, 64]: each row block's sums of E and of F
+    {
+        float se = 0.0f, sf = 0.0f;
+        for (int m = m0; m < m1; ++m) {
+            se += sE[swe(m, c)];
+            sf += sF[swe(m, c)];
+        }
+        sTot[s * KH + c] = se;
+        sTot[(4 + s) * KH + c] = sf;
+    }
+    bar_sync(1, nthreads);
+    float runE = 0.0f, runF = 0.0f;  // E of the later blocks, F of the earlier ones
+    for (int s2 = nblk - 1; s2 > s; --s2) runE += sTot[s2 * KH + c];
+    for (int s2 = 0; s2 < s; ++s2) runF += sTot[(4 + s2) * KH + c];
+    float sufE[16];  // sum_{i >= m} E_i
+#pragma unroll
+    for (int i = 15; i >= 0; --i) {
+        if (m0 + i < m1) runE += sE[swe(m0 + i, c)];
+        sufE[i] = runE;
+    }
+    float dsum = 0.0f, dasum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        if (m0 + i < m1) {
+            const float dy = sufE[i] + runF;  // dgate of row m0 + i
+            runF += sF[swe(m0 + i, c)];
+            float dx = dy, da = 0.0f;
+            if (a.gate == 1) {  // y = -ea softplus(x)
+                dx = -ea * sigmoid(gx[i]) * dy;
+                da = -softplus(gx[i]) * dy;
+            } else if (a.gate == 2) {  // y = lower_bound sigmoid(ea x)
+                const float sg = sigmoid(ea * gx[i]), ds = a.lower_bound * sg * (1.0f - sg) * dy;
+                dx = ds * ea;
+                da = ds * gx[i];
+            }
+            a.dg[((t0 + m0 + i) * HV + hv) * D + col] = __float2bfloat16_rn(dx);
+            dsum += dx;
+            dasum += da;
+        }
+    }
+    // the partials: ddt_bias per column (sum of dg over the chunk's rows), dA_log per CTA (sum of dgate dy/da, times a)
+    float* sRed = sL;  // [4, 64] column sums per row block, then [8] per warp
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) dasum += __shfl_xor_sync(0xffffffffu, dasum, m);
+    sRed[s * KH + c] = dsum;
+    if (lane == 0) sRed[4 * KH + warp] = dasum;
+    bar_sync(1, nthreads);
+    if (a.ddt_bias_part != nullptr && r == 0) {
+        float t = 0.0f;
+        for (int s2 = 0; s2 < nblk; ++s2) t += sRed[s2 * KH + c];
+        a.ddt_bias_part[(ci * HV + hv) * D + col] = t;
+    }
+    if (a.dA_log_part != nullptr && tid == 0) {
+        float t = 0.0f;
+        for (int s2 = 0; s2 < nblk; ++s2) t += sRed[4 * KH + s2] + sRed[4 * KH + s2 + 4];
+        a.dA_log_part[(kh * a.NT + ci) * HV + hv] = t * ea;
+    }
 }
 
 }  // namespace
@@ -405,15 +498,24 @@ extern "C" int kda_intra_bwd(const IntraBwdArgs* args, void* stream, char* err, 
                  (long long)a.HV);
         return fail(err, errlen, msg);
     }
+    if (a.gate < 0 || a.gate > 2 || (a.gate == 0 && (a.A_log != nullptr || a.dt_bias != nullptr)) ||
+        (a.A_log == nullptr) != (a.dA_log_part == nullptr) || (a.dt_bias == nullptr) != (a.ddt_bias_part == nullptr)) {
+        snprintf(msg, sizeof msg, "kda_intra_bwd: bad gate arguments: gate=%d (0, 1 or 2; A_log and dt_bias only with "
+                 "1 or 2), A_log %s, dA_log_part %s, dt_bias %s, ddt_bias_part %s (each partial exactly with its "
+                 "parameter)", a.gate, a.A_log ? "set" : "null", a.dA_log_part ? "set" : "null",
+                 a.dt_bias ? "set" : "null", a.ddt_bias_part ? "set" : "null");
+        return fail(err, errlen, msg);
+    }
     if (a.NT == 0) return 0;
     const Ptr ptrs[] = {
-        {a.q, "q", 16, true}, {a.k, "k", 16, true}, {a.Gc, "Gc", 16, true}, {a.gl, "gl", 8, true},
+        {a.q, "q", 16, true}, {a.k, "k", 16, true}, {a.g, "g", 2, true}, {a.A_log, "A_log", 4, false},
+        {a.dt_bias, "dt_bias", 4, false}, {a.Gc, "Gc", 16, true}, {a.gl, "gl", 8, true},
         {a.rstd_q, "rstd_q", 4, true}, {a.rstd_k, "rstd_k", 4, true}, {a.beta, "beta", 4, true},
         {a.h, "h", 16, true}, {a.dh, "dh", 16, true}, {a.v_new, "v_new", 16, true}, {a.do_, "do", 16, true},
         {a.dvb, "dvb", 16, true}, {a.dAqk, "dAqk", 8, true}, {a.dL, "dL", 8, true},
         {a.cu_seqlens, "cu_seqlens", 8, true}, {a.chunk_indices, "chunk_indices", 8, true},
-        {a.dq, "dq", 8, true}, {a.dk, "dk", 8, true}, {a.dE, "dE", 8, true}, {a.dF, "dF", 8, true},
-        {a.dbeta, "dbeta", 4, true},
+        {a.dq, "dq", 8, true}, {a.dk, "dk", 8, true}, {a.dg, "dg", 2, true}, {a.dbeta, "dbeta", 4, true},
+        {a.dA_log_part, "dA_log_part", 4, false}, {a.ddt_bias_part, "ddt_bias_part", 4, false},
     };
     if (check_pointers("kda_intra_bwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
     cudaError_t e = cudaFuncSetAttribute(kda_intra_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
