@@ -74,12 +74,20 @@ __device__ __forceinline__ int swz(int row, int piece) { return row * D + 8 * (p
 // half warp's float2 stores (four rows, four lanes each) and the column scans' row reads hit distinct banks
 __device__ __forceinline__ int swe(int row, int col) { return row * KH + (col ^ ((row & 3) << 3)); }
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// log(1 + e^x) as triton_kda.gate's _softplus: no overflow, and accurate where e^x is tiny
-__device__ __forceinline__ float softplus(float x) {
-    const float y = expf(fminf(x, 20.0f)), u = 1.0f + y;
-    return x > 20.0f ? x : (u == 1.0f ? y : logf(u) * (y / (u - 1.0f)));
+// (dx, da) = dgate (dy/dx, dy/da) of the gate activation y(x, a) (triton_kda.gate's GATE forms) at the biased input
+// x, with a = exp(A_log): the approximate exp, log and division that Triton's tl.exp / tl.log / "/" compile to
+template <int GATE>
+__device__ __forceinline__ float2 gate_act_bwd(float x, float a, float lower_bound, float dgate) {
+    if constexpr (GATE == 1) {  // y = -a softplus(x); softplus as triton_kda.gate's _softplus (accurate where e^x is tiny)
+        const float e = __expf(fminf(x, 20.0f)), u = 1.0f + e;
+        const float sp = x > 20.0f ? x : (u == 1.0f ? e : __logf(u) * __fdividef(e, u - 1.0f));
+        return make_float2(-a * __fdividef(e, u) * dgate, -sp * dgate);  // sigmoid(x) = e / (1 + e)
+    } else if constexpr (GATE == 2) {  // y = lower_bound sigmoid(a x)
+        const float sg = __fdividef(1.0f, 1.0f + __expf(-a * x)), ds = lower_bound * sg * (1.0f - sg) * dgate;
+        return make_float2(ds * a, ds * x);
+    } else {
+        return make_float2(dgate, 0.0f);
+    }
 }
 
 // experiment knobs (cuda_fast.build's TRITON_KDA_NVCC_FLAGS, e.g. -DKDA_BWD_MIN_BLOCKS=1); H100 B2 T8192 H32, on the
@@ -111,6 +119,7 @@ __device__ __forceinline__ void split_bf16(const float4 x0, const float4 x1, uin
     }
 }
 
+template <int GATE>
 __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_kernel(const IntraBwdArgs a) {
     // the chunk's rows (zero past the sequence end), this CTA's columns of K
     extern __shared__ __align__(16) float smem[];
@@ -412,7 +421,7 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     const float dtb = a.dt_bias != nullptr ? a.dt_bias[hv * D + col] : 0.0f;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-        const bool ok = a.gate > 0 && m0 + i < m1;
+        const bool ok = GATE > 0 && m0 + i < m1;
         gx[i] = ok ? __bfloat162float(a.g[((t0 + m0 + i) * HV + hv) * D + col]) + dtb : 0.0f;
     }
     const float ea = a.A_log != nullptr ? expf(a.A_log[hv]) : 1.0f;
@@ -443,18 +452,10 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
         if (m0 + i < m1) {
             const float dy = sufE[i] + runF;  // dgate of row m0 + i
             runF += sF[swe(m0 + i, c)];
-            float dx = dy, da = 0.0f;
-            if (a.gate == 1) {  // y = -ea softplus(x)
-                dx = -ea * sigmoid(gx[i]) * dy;
-                da = -softplus(gx[i]) * dy;
-            } else if (a.gate == 2) {  // y = lower_bound sigmoid(ea x)
-                const float sg = sigmoid(ea * gx[i]), ds = a.lower_bound * sg * (1.0f - sg) * dy;
-                dx = ds * ea;
-                da = ds * gx[i];
-            }
-            a.dg[((t0 + m0 + i) * HV + hv) * D + col] = __float2bfloat16_rn(dx);
-            dsum += dx;
-            dasum += da;
+            const float2 d = gate_act_bwd<GATE>(gx[i], ea, a.lower_bound, dy);
+            a.dg[((t0 + m0 + i) * HV + hv) * D + col] = __float2bfloat16_rn(d.x);
+            dsum += d.x;
+            dasum += d.y;
         }
     }
     // the partials: ddt_bias per column (sum of dg over the chunk's rows), dA_log per CTA (sum of dgate dy/da, times a)
@@ -518,14 +519,15 @@ extern "C" int kda_intra_bwd(const IntraBwdArgs* args, void* stream, char* err, 
         {a.dA_log_part, "dA_log_part", 4, false}, {a.ddt_bias_part, "ddt_bias_part", 4, false},
     };
     if (check_pointers("kda_intra_bwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
-    cudaError_t e = cudaFuncSetAttribute(kda_intra_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         SMEM_BYTES);
+    void (*kernel)(IntraBwdArgs) = a.gate == 0 ? kda_intra_bwd_kernel<0>
+                                   : a.gate == 1 ? kda_intra_bwd_kernel<1> : kda_intra_bwd_kernel<2>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
     if (e == cudaSuccess) {  // two CTAs per SM need the largest shared-memory carveout
-        e = cudaFuncSetAttribute(kda_intra_bwd_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     }
     if (e == cudaSuccess) {
         const dim3 grid(static_cast<unsigned>(2 * a.NT), static_cast<unsigned>(a.HV));
-        kda_intra_bwd_kernel<<<grid, WARPS * 32, SMEM_BYTES, static_cast<cudaStream_t>(stream)>>>(a);
+        kernel<<<grid, WARPS * 32, SMEM_BYTES, static_cast<cudaStream_t>(stream)>>>(a);
         e = cudaGetLastError();
     }
     if (e != cudaSuccess) {
