@@ -98,9 +98,9 @@ CASES = [
     (2, 130, 1, 2, None, dict(gate="strong", use_qk_l2norm_in_kernel=True, initial_state=True,
                               output_final_state=True)),  # a quarter of the channels takes the exact sums
     (2, 256, 2, 2, None, dict(use_qk_l2norm_in_kernel=True)),  # pre-gated logsigmoid
-    (1, 200, 2, 2, None, dict(use_gate_in_kernel=True, gate="masked", use_qk_l2norm_in_kernel=True)),  # softplus
+    (1, 200, 2, 2, None, dict(use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True)),  # softplus gate
 ]
-TAGS = ["kimi-gva-varlen-h0", "strong-exact-h0", "pregated", "softplus-masked"]
+TAGS = ["kimi-gva-varlen-h0", "strong-exact-h0", "pregated", "softplus"]
 CASE_IDS = [case_id(B=c[0], T=c[1], H=c[2], HV=c[3]) + f"-{tag}" for c, tag in zip(CASES, TAGS, strict=True)]
 def _inputs(case, seed=0):
     """bf16 inputs of a case (every tensor a leaf that requires grad) and test_chunk_bwd's cotangents."""

@@ -75,12 +75,12 @@ __device__ __forceinline__ int swz(int row, int piece) { return row * D + 8 * (p
 __device__ __forceinline__ int swe(int row, int col) { return row * KH + (col ^ ((row & 3) << 3)); }
 
 // (dx, da) = dgate (dy/dx, dy/da) of the gate activation y(x, a) (triton_kda.gate's GATE forms) at the biased input
-// x, with a = exp(A_log): the approximate exp, log and division that Triton's tl.exp / tl.log / "/" compile to
+// x, with a = exp(A_log); approximate exp and division (2 ulp), the exact log (the log1p form needs it near u = 1)
 template <int GATE>
 __device__ __forceinline__ float2 gate_act_bwd(float x, float a, float lower_bound, float dgate) {
-    if constexpr (GATE == 1) {  // y = -a softplus(x); softplus as triton_kda.gate's _softplus (accurate where e^x is tiny)
+    if constexpr (GATE == 1) {  // y = -a softplus(x), softplus as triton_kda.gate's _softplus (accurate where e^x is tiny)
         const float e = __expf(fminf(x, 20.0f)), u = 1.0f + e;
-        const float sp = x > 20.0f ? x : (u == 1.0f ? e : __logf(u) * __fdividef(e, u - 1.0f));
+        const float sp = x > 20.0f ? x : (u == 1.0f ? e : logf(u) * __fdividef(e, u - 1.0f));
         return make_float2(-a * __fdividef(e, u) * dgate, -sp * dgate);  // sigmoid(x) = e / (1 + e)
     } else if constexpr (GATE == 2) {  // y = lower_bound sigmoid(a x)
         const float sg = __fdividef(1.0f, 1.0f + __expf(-a * x)), ds = lower_bound * sg * (1.0f - sg) * dgate;
