@@ -78,7 +78,7 @@ __device__ __forceinline__ int swe(int row, int col) { return row * KH + (col ^ 
 // x, with a = exp(A_log); approximate exp and division (2 ulp), the exact log (the log1p form needs it near u = 1)
 template <int GATE>
 __device__ __forceinline__ float2 gate_act_bwd(float x, float a, float lower_bound, float dgate) {
-    if constexpr (GATE == 1) {  // y = -a softplus(x), softplus as triton_kda.gate's _softplus (accurate where e^x is tiny)
+    if constexpr (GATE == 1) {  // y = -a softplus(x), softplus as triton_kda.gate._softplus (accurate for tiny e^x)
         const float e = __expf(fminf(x, 20.0f)), u = 1.0f + e;
         const float sp = x > 20.0f ? x : (u == 1.0f ? e : logf(u) * __fdividef(e, u - 1.0f));
         return make_float2(-a * __fdividef(e, u) * dgate, -sp * dgate);  // sigmoid(x) = e / (1 + e)
