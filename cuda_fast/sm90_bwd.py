@@ -45,7 +45,7 @@ class IntraBwdArgs(ctypes.Structure):
 
 
 def verify(args: dict) -> tuple[bool, str]:
-    """Whether this backend takes a chunk-local backward (``args``: see ``triton_kda.intra.intra_bwd``)."""
+    """Whether this backend takes a chunk-local and gate backward (``args``: see ``triton_kda.intra.intra_bwd``)."""
     for name in ("q", "g", "h", "dh", "do", "v_new"):
         if args[name].dtype != torch.bfloat16:
             return False, f"{name} must be bfloat16, got {args[name].dtype}"

@@ -212,7 +212,8 @@ def _stage_ref(call) -> dict:
 # the kernel's error on the captured inputs, against the Triton kernels' on the same inputs: at most TRITON_FACTOR
 # times it or STAGE_FLOOR (relative RMSE). H100, 2026-11-25 (8cb9adc, before the gate backward joined the kernel):
 # cuda / triton 0.19-0.54 on dq, dk, dE, dbeta (its dvb products carry 16 mantissa bits, TF32 10), 0.88-1.00 on dF
-# (1.2e-7 to 1.4e-7)
+# (1.2e-7 to 1.4e-7). dg, dA_log and ddt_bias (since 7492932) passed on the H100 at cfa1513; their ratios were not
+# printed
 TRITON_FACTOR = 1.5
 STAGE_FLOOR = 1e-5
 
@@ -244,7 +245,8 @@ def test_kernel_matches_fp64_stage_and_triton(case, monkeypatch):
 # bf16 gradients against the fp64 oracle (test_chunk_bwd's 16-bit tolerances) and against the Triton backward's
 # error on the same inputs: at most GRAD_FACTOR times it. H100, 2026-11-25: cuda / triton 0.96-1.07 (the largest dg
 # on the GVA varlen case, 2.95e-3 against 2.77e-3: bf16 rounding of the stored gradient, whose worst element sits at
-# -29.4, dominates both)
+# -29.4, dominates both). At cfa1513 over seeds 0-3 (docs/benchmarks/scripts/bwd_cuda_errors.py): largest 1.21,
+# dA_log on the softplus case's seed 0 (this test takes seed 1: 0.58)
 GRAD_TOL = dict(q=8e-3, k=8e-3, v=8e-3, g=2e-2, beta=2e-2, A_log=1e-2, dt_bias=1e-2, initial_state=1e-2)
 GRAD_FACTOR = 1.25
 

@@ -417,7 +417,7 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     const int c = lane + 32 * kq, s = r;
     const int m0 = ra, m1 = min(m0 + 16, nvalid);
     const int64_t col = kh * KH + c;
-    float gx[16];  // the raw gate input x = g + dt_bias of the segment's rows (loaded before the barriers)
+    float gx[16];  // the biased gate input x = g + dt_bias of the block's rows (loaded before the barriers)
     const float dtb = a.dt_bias != nullptr ? a.dt_bias[hv * D + col] : 0.0f;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
