@@ -2,8 +2,9 @@
 
 It validates its inputs on the host (always: no backend skips it; under torch.compile on fake tensors, where the
 cu_seqlens values cannot be read and the op checks them when it runs), then calls the custom op
-``triton_kda::chunk_kda_fwd`` (`triton_kda.ops`), which picks a backend (`triton_kda.backends`) and runs the
-stages; autograd reaches ``triton_kda::chunk_kda_bwd``. The state-pool keywords (pool.py) are handled around the
+``triton_kda::chunk_kda_fwd`` (`triton_kda.ops`; eager calls on plain tensors its code without the op's dispatch,
+`ops.forward`), which picks a backend (`triton_kda.backends`) and runs the stages; autograd reaches
+``triton_kda::chunk_kda_bwd``. The state-pool keywords (pool.py) are handled around the
 op: the gather into its initial states before, the scatter of its final states after (so the op mutates nothing).
 Context parallel across ranks (``cp_context``, cp.py) takes its own autograd Function instead of the op: the context
 is not a tensor (no op schema can carry it) and its all-gathers run between the forward's and backward's stages.
@@ -102,7 +103,7 @@ def chunk_kda(
     if cp_context is not None:
         return chunk_kda_cp(q, k, v, g, beta, initial_state, p, ops.kda_flags(lower_bound, *options), cp_context,
                             grad)
-    o, final_state, h, _ = ops.chunk_kda_fwd(
+    o, final_state, h, _ = ops.forward(
         q, k, v, g, beta, p.A_log, p.dt_bias, initial_state, cu_seqlens,
         p.seqlens_cpu if p.seqlens_cpu is not None else cu_seqlens_cpu, p.scale, p.chunk_size, lower_bound,
         *options, p.state_v_first, grad,
