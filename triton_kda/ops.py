@@ -9,7 +9,7 @@ per CUDA-graph capture).
 
 Eager calls on plain tensors skip the custom-op dispatch: `forward` runs the same `fwd_impl`, autograd formula and
 `bwd_impl` through a `torch.autograd.Function` (half the host time of a training step on the CPU machine with the
-kernels stubbed, 890 -> 455 us: docs/benchmarks/NOTES.md); compiled graphs, fake / meta tensors and tensor
+kernels stubbed, about 910 -> 470 us: docs/benchmarks/NOTES.md); compiled graphs, fake / meta tensors and tensor
 subclasses take the ops.
 
 The forward op first asks the backend registry (`triton_kda.backends`) which backend serves op ``chunk_kda_fwd`` on

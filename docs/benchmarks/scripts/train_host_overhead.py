@@ -1,7 +1,7 @@
 """Host-side time of one training step (chunk_kda forward + backward under autograd) of ours, on any machine (no GPU
 needed): the part of a step's wall time that is Python and launch bookkeeping rather than kernels.
 
-    TRITON_INTERPRET=1 python3 docs/benchmarks/scripts/train_host_overhead.py [--T 64] [--H 16] [--steps 200]
+    TRITON_INTERPRET=1 python3 docs/benchmarks/scripts/train_host_overhead.py [--T 64] [--H 16] [--steps 200] [--op]
 
 Kimi flags (l2norm + gate in kernel + safe_gate, lower_bound -5 + beta sigmoid), B = 1, K = V = 128, fp32 CPU
 tensors (the host path does not depend on the dtype but for the launch tables; T small so that the few torch ops of
@@ -9,7 +9,9 @@ the orchestration cost little on the CPU). Every Triton kernel's launch is repla
 and does nothing, so the time is that of validation, planning, allocation, the autograd and custom-op dispatch and
 the orchestration's own torch ops, less Triton's launcher (its binder and cache key, about 10-20 us per launch on a
 GPU machine: `decode_host_overhead.py` times them) and the device / stream queries. Prints microseconds per step
-(best of 5 rounds), the launches per step, then a cProfile of steps sorted by own time.
+(best of 5 rounds), the launches per step, then a cProfile of steps sorted by own time. `--op` sends eager calls
+through the custom op as torch.compile does (`triton_kda.ops.forward` replaced by `ops.chunk_kda_fwd`) instead of
+the autograd.Function that eager calls take since 2d11551.
 """
 from __future__ import annotations
 
@@ -59,7 +61,12 @@ def main() -> None:
     ap.add_argument("--T", type=int, default=64)
     ap.add_argument("--H", type=int, default=16)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--op", action="store_true")
     args = ap.parse_args()
+    if args.op:
+        from triton_kda import ops
+
+        ops.forward = ops.chunk_kda_fwd
     torch.set_num_threads(1)
     stub_kernels()
     K = V = 128
