@@ -12,11 +12,12 @@ import torch
 from cuda_fast import build, sm90_bwd
 from cuda_fast.library import Library
 from cuda_fast.targets import CAPABILITY_TARGETS
+from reference.kda import kda_gate_ref
 from tests.test_chunk_bwd import LEAVES, _cotangents, _kernel_grads, _oracle_grads
 from tests.utils import DEVICE, assert_close, case_id, make_inputs, rel_rmse
 from triton_kda import backends, chunk_kda
 from triton_kda.backends import Selection
-from triton_kda.gate import GATE_LOWER_BOUND, GATE_NONE, GATE_SOFTPLUS, gate_bwd
+from triton_kda.gate import GATE_LOWER_BOUND, GATE_NONE, gate_bwd
 from triton_kda.intra import BWD_OP, intra_local_bwd
 from triton_kda.qk import qk_bwd
 from triton_kda.wy import WYBwdOut
@@ -148,22 +149,15 @@ def _captured(monkeypatch, d, do, dht) -> list:
 
 
 def _gate_act_bwd(dgate, g, A_log, dt_bias, gate: int, lower_bound):
-    """fp64 (dg, dA_log, ddt_bias) of the gate activation (triton_kda.gate's GATE forms) from dgate [TT, HV, K]."""
-    HV, K = g.shape[1:]
+    """fp64 (dg, dA_log, ddt_bias) from dgate [TT, HV, K]: autograd through the oracle's gate activation
+    (`reference.kda.kda_gate_ref`), None for a parameter that is absent."""
     if gate == GATE_NONE:
         return dgate, None, None
-    x = g + (dt_bias.double().view(HV, K) if dt_bias is not None else 0.0)
-    a = torch.exp(A_log.double())[:, None] if A_log is not None else torch.ones(HV, 1, dtype=torch.float64,
-                                                                                device=g.device)
-    if gate == GATE_SOFTPLUS:
-        dx, da = -a * torch.sigmoid(x) * dgate, -torch.nn.functional.softplus(x) * dgate
-    else:
-        assert gate == GATE_LOWER_BOUND
-        sg = torch.sigmoid(a * x)
-        ds = lower_bound * sg * (1 - sg) * dgate
-        dx, da = ds * a, ds * x
-    return (dx, (da.sum((0, 2)) * a[:, 0]) if A_log is not None else None,
-            dx.sum(0).flatten() if dt_bias is not None else None)
+    leaves = [x.detach().double().requires_grad_(True) if x is not None else None for x in (g, A_log, dt_bias)]
+    y = kda_gate_ref(*leaves, lower_bound=lower_bound if gate == GATE_LOWER_BOUND else None)
+    grads = torch.autograd.grad(y, [x for x in leaves if x is not None], dgate)
+    it = iter(grads)
+    return tuple(next(it) if x is not None else None for x in leaves)
 
 
 def _stage_ref(call) -> dict:

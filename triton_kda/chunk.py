@@ -2,8 +2,8 @@
 
 It validates its inputs on the host (always: no backend skips it; under torch.compile on fake tensors, where the
 cu_seqlens values cannot be read and the op checks them when it runs), then calls the custom op
-``triton_kda::chunk_kda_fwd`` (`triton_kda.ops`; eager calls on plain tensors its code without the op's dispatch,
-`ops.forward`), which picks a backend (`triton_kda.backends`) and runs the stages; autograd reaches
+``triton_kda::chunk_kda_fwd`` (`triton_kda.ops`; eager calls on plain tensors run its code without the op's
+dispatch, through `ops.forward`), which picks a backend (`triton_kda.backends`) and runs the stages; autograd reaches
 ``triton_kda::chunk_kda_bwd``. The state-pool keywords (pool.py) are handled around the
 op: the gather into its initial states before, the scatter of its final states after (so the op mutates nothing).
 Context parallel across ranks (``cp_context``, cp.py) takes its own autograd Function instead of the op: the context

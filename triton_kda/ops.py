@@ -8,8 +8,9 @@ below (chunk plan, intra-card CP plan, backend choice) run when the op runs, on 
 per CUDA-graph capture).
 
 Eager calls on plain tensors skip the custom-op dispatch: `forward` runs the same `fwd_impl`, autograd formula and
-`bwd_impl` through a `torch.autograd.Function` (about 0.3 ms less host time per training step; compiled graphs,
-fake / meta tensors and tensor subclasses take the ops).
+`bwd_impl` through a `torch.autograd.Function` (half the host time of a training step on the CPU machine with the
+kernels stubbed, 890 -> 455 us: docs/benchmarks/NOTES.md); compiled graphs, fake / meta tensors and tensor
+subclasses take the ops.
 
 The forward op first asks the backend registry (`triton_kda.backends`) which backend serves op ``chunk_kda_fwd`` on
 q's device, passing its verifiers the dict built by `_backend_args`. A compiled backend chosen there is called as
