@@ -12,7 +12,7 @@ import torch
 from cuda_fast import build, sm90_bwd
 from cuda_fast.library import Library
 from cuda_fast.targets import CAPABILITY_TARGETS
-from reference.kda import kda_gate_ref
+from reference.kda import kda_gate_ref, l2norm_ref
 from tests.test_chunk_bwd import LEAVES, _cotangents, _kernel_grads, _oracle_grads
 from tests.utils import DEVICE, assert_close, case_id, make_inputs, rel_rmse
 from triton_kda import backends, chunk_kda
@@ -210,10 +210,9 @@ def _stage_ref(call) -> dict:
 
 
 def _l2norm_bwd(x, d):
-    """fp64 gradient w.r.t. x [TT, H, K] of xh = x / sqrt(|x|^2 + 1e-6) from d, the gradient w.r.t. xh."""
-    r = 1 / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
-    xh = x * r
-    return r * (d - xh * (xh * d).sum(-1, keepdim=True))
+    """fp64 gradient w.r.t. x [TT, H, K] from d, the gradient w.r.t. the oracle's `l2norm_ref(x)`."""
+    leaf = x.detach().double().requires_grad_(True)
+    return torch.autograd.grad(l2norm_ref(leaf), leaf, d)[0]
 
 
 # the kernel's error on the captured inputs, against the Triton kernels' on the same inputs: at most TRITON_FACTOR
