@@ -41,6 +41,8 @@ class IntraBwdArgs(ctypes.Structure):
         ("scale", ctypes.c_float),
         ("lower_bound", ctypes.c_float),
         ("gate", ctypes.c_int32),
+        ("l2norm", ctypes.c_int32),
+        ("qk_final", ctypes.c_int32),
     ]
 
 
@@ -67,33 +69,37 @@ def verify(args: dict) -> tuple[bool, str]:
 
 class IntraBwdGrads(NamedTuple):
     """The kernel's outputs, in the order of ``triton_kda.intra.IntraBwdOut``."""
-    dq: torch.Tensor                    # [TT, HV, K] fp32, per v-head, w.r.t. the normalised q
-    dk: torch.Tensor                    # [TT, HV, K] fp32, per v-head, w.r.t. the normalised k
+    dq: torch.Tensor                    # H == HV: [TT, H, K] in q's dtype, w.r.t. q as passed (l2norm backward done);
+    dk: torch.Tensor                    #   else [TT, HV, K] fp32 per v-head, w.r.t. the normalised q (k likewise)
     dg: torch.Tensor                    # [TT, HV, K] bf16, w.r.t. g as passed
     dbeta: torch.Tensor                 # [4, TT, HV] fp32, beta-gradient partials through w and L, per quarter of K
     dA_log_part: torch.Tensor | None    # [2, NT, HV] fp32 per half of K and chunk (with A_log in the gate)
     ddt_bias_part: torch.Tensor | None  # [NT, HV, K] fp32 per chunk (with dt_bias in the gate)
+    qk_final: bool                      # dq, dk are the final gradients (H == HV)
 
 
 def grads_like(q, g, NT: int, *, has_a_log: bool, has_dt_bias: bool, fill: float | None = None) -> IntraBwdGrads:
     """Output buffers for `kda_intra_bwd` (flattened q [TT, H, K], g [TT, HV, K]), NaN-filled with ``fill=nan``."""
     TT, HV, K = g.shape
+    final = q.shape[1] == HV
 
     def new(*shape, dtype=torch.float32):
         x = torch.empty(*shape, device=q.device, dtype=dtype)
         return x if fill is None else x.fill_(fill)
 
-    return IntraBwdGrads(new(TT, HV, K), new(TT, HV, K), new(TT, HV, K, dtype=g.dtype), new(QUARTERS, TT, HV),
-                         new(HALVES, NT, HV) if has_a_log else None, new(NT, HV, K) if has_dt_bias else None)
+    dqk = (lambda: new(*q.shape, dtype=q.dtype)) if final else (lambda: new(TT, HV, K))
+    return IntraBwdGrads(dqk(), dqk(), new(TT, HV, K, dtype=g.dtype), new(QUARTERS, TT, HV),
+                         new(HALVES, NT, HV) if has_a_log else None, new(NT, HV, K) if has_dt_bias else None, final)
 
 
 def kda_intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL, plan,
-                  scale: float, gate: int, lower_bound: float | None, *,
+                  scale: float, gate: int, lower_bound: float | None, l2norm: bool, *,
                   out: IntraBwdGrads | None = None) -> IntraBwdGrads:
     """The chunk-local backward and the gate backward on flattened, contiguous tensors (shapes as in
     ``IntraBwdArgs``'s C mirror; A_log [HV] and dt_bias [HV * K] or None, any float dtype; gate: triton_kda.gate's
-    GATE constexpr; plan: the ``ChunkPlan`` of 64-token chunks). ``out`` may be given (tests pass NaN-filled
-    buffers)."""
+    GATE constexpr; l2norm: use_qk_l2norm_in_kernel; plan: the ``ChunkPlan`` of 64-token chunks). Where H == HV the
+    kernel also takes dq and dk through the l2norm backward (``qk_final``: a cluster of the two halves of K shares
+    each row's dot). ``out`` may be given (tests pass NaN-filled buffers)."""
     TT, H, K = q.shape
     HV, V = Gc.shape[1], v_new.shape[2]
     dev = q.device
@@ -108,7 +114,8 @@ def kda_intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, 
         chunk_indices=_ptr(plan.chunk_indices), dq=_ptr(out.dq), dk=_ptr(out.dk), dg=_ptr(out.dg),
         dbeta=_ptr(out.dbeta), dA_log_part=_ptr(out.dA_log_part), ddt_bias_part=_ptr(out.ddt_bias_part),
         TT=TT, NT=plan.NT, H=H, HV=HV, K=K, V=V, BT=BT, scale=scale,
-        lower_bound=lower_bound if lower_bound is not None else 0.0, gate=gate,
+        lower_bound=lower_bound if lower_bound is not None else 0.0, gate=gate, l2norm=int(l2norm),
+        qk_final=int(out.qk_final),
     )
     with torch.cuda.device(dev):
         lib(args, torch.cuda.current_stream(dev).cuda_stream)

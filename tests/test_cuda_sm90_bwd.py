@@ -12,13 +12,14 @@ import torch
 from cuda_fast import build, sm90_bwd
 from cuda_fast.library import Library
 from cuda_fast.targets import CAPABILITY_TARGETS
-from reference.kda import kda_gate_ref
+from reference.kda import kda_gate_ref, l2norm_ref
 from tests.test_chunk_bwd import LEAVES, _cotangents, _kernel_grads, _oracle_grads
 from tests.utils import DEVICE, assert_close, case_id, make_inputs, rel_rmse
 from triton_kda import backends, chunk_kda
 from triton_kda.backends import Selection
 from triton_kda.gate import GATE_LOWER_BOUND, GATE_NONE, gate_bwd
 from triton_kda.intra import BWD_OP, intra_local_bwd
+from triton_kda.qk import qk_bwd
 from triton_kda.wy import WYBwdOut
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
@@ -83,6 +84,7 @@ def test_entry_point_validation(tmp_path, monkeypatch):
     assert "needs K = V = 128 and BT = 64, got K=64 V=128 BT=64" in call(K=64)
     assert "BT=32" in call(BT=32)
     assert "HV a multiple of H" in call(H=2, HV=3)
+    assert "qk_final needs H == HV" in call(H=1, HV=2, qk_final=1)
     assert "bad gate arguments: gate=3" in call(gate=3)
     assert "dA_log_part null" in call(gate=1, A_log=8)  # a parameter without its partial
     assert "gate=0" in call(dt_bias=8, ddt_bias_part=8)  # the parameters only go with the in-kernel gate
@@ -130,7 +132,7 @@ def _captured(monkeypatch, d, do, dht) -> list:
         assert sel.name == sm90_bwd.NAME, sel.reason
 
         def record(*call):
-            q, _, g, A_log, dt_bias, *_, plan, _, gate, _ = call
+            q, _, g, A_log, dt_bias, *_, plan, _, gate, _, _ = call
             out = sm90_bwd.grads_like(q, g, plan.NT, has_a_log=gate > 0 and A_log is not None,
                                       has_dt_bias=gate > 0 and dt_bias is not None, fill=math.nan)
             res = sel.fn(*call, out=out)
@@ -161,8 +163,10 @@ def _gate_act_bwd(dgate, g, A_log, dt_bias, gate: int, lower_bound):
 def _stage_ref(call) -> dict:
     """fp64 evaluation of the chunk-local backward's formulas (triton_kda.intra._kda_intra_bwd_kernel's docstring)
     with exact decays 2^(G_i - G_j), chunk by chunk, and of the gate backward after it (`_kda_gate_bwd_kernel`):
-    dq, dk [TT, HV, K], dbeta [TT, HV], dg [TT, HV, K], dA_log [HV] and ddt_bias [HV * K] (None without them)."""
-    q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL, plan, scale, gate, lb = call
+    dq, dk [TT, HV, K] (where H == HV: [TT, H, K] through the l2norm backward), dbeta [TT, HV], dg [TT, HV, K],
+    dA_log [HV] and ddt_bias [HV * K] (None without them)."""
+    (q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL, plan, scale, gate, lb,
+     l2) = call
     f64 = [x.double() for x in (q, k, g, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL)]
     q, k, g, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL = f64
     TT, H, K = q.shape
@@ -200,7 +204,15 @@ def _stage_ref(call) -> dict:
         out["dgate"][rows] = (E.flip(1).cumsum(1).flip(1) + F.cumsum(1) - F).transpose(0, 1)
         out["dbeta"][rows] = (kn * (X * eG + RL)).sum(-1).transpose(0, 1)
     out["dg"], out["dA_log"], out["ddt_bias"] = _gate_act_bwd(out.pop("dgate"), g, A_log, dt_bias, gate, lb)
+    if H == HV:
+        out["dq"], out["dk"] = (_l2norm_bwd(x, out[name]) if l2 else out[name] for x, name in ((q, "dq"), (k, "dk")))
     return out
+
+
+def _l2norm_bwd(x, d):
+    """fp64 gradient w.r.t. x [TT, H, K] from d, the gradient w.r.t. the oracle's `l2norm_ref(x)`."""
+    leaf = x.detach().double().requires_grad_(True)
+    return torch.autograd.grad(l2norm_ref(leaf), leaf, d)[0]
 
 
 # the kernel's error on the captured inputs, against the Triton kernels' on the same inputs: at most TRITON_FACTOR
@@ -220,13 +232,16 @@ def test_kernel_matches_fp64_stage_and_triton(case, monkeypatch):
     d, do, dht = _inputs(case)
     call, got = _captured(monkeypatch, d, do, dht)
     ref = _stage_ref(call)
-    q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do_, dAqk, dL, plan, scale, gate, lb = (
-        call)
+    (q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do_, dAqk, dL, plan, scale, gate, lb,
+     l2) = call
     lo = intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, WYBwdOut(None, dvb, dAqk, dL, None),
                          do_, scale, plan, 64, gate=gate, state_v_first=False, prec="tf32", prec_state="tf32",
                          span=False)
     dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, lo.dD, lo.dW, plan, 64, 0, gate=gate, lower_bound=lb)
-    pairs = dict(dq=(got.dq, lo.dq), dk=(got.dk, lo.dk), dbeta=(got.dbeta.sum(0), lo.dbeta.sum(0)), dg=(got.dg, dg))
+    assert got.qk_final == (q.shape[1] == g.shape[1])
+    tri_dq, tri_dk = ((qk_bwd(x, d, use_qk_l2norm_in_kernel=l2) for x, d in ((q, lo.dq), (k, lo.dk))) if got.qk_final
+                      else (lo.dq, lo.dk))
+    pairs = dict(dq=(got.dq, tri_dq), dk=(got.dk, tri_dk), dbeta=(got.dbeta.sum(0), lo.dbeta.sum(0)), dg=(got.dg, dg))
     if ref["dA_log"] is not None:
         pairs["dA_log"] = (got.dA_log_part.sum((0, 1)), dA_log_part.sum((0, 1)))
     if ref["ddt_bias"] is not None:

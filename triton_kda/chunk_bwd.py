@@ -56,15 +56,15 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     del dv_new  # [TT, HV, V] fp32: freed before the chunk-local stage's buffers are allocated
     it = intra_bwd(q, k, g, A_log, dt_bias, Gc, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, h, dh, v_new, wy,
                    do, scale, plan, BT, gate=gate, lower_bound=lower_bound, state_v_first=state_v_first, prec=bp.intra,
-                   prec_state=bp.intra_state, span=bp.gate_span)
+                   prec_state=bp.intra_state, span=bp.gate_span, l2norm=use_qk_l2norm_in_kernel)
     dbeta = wy.dbeta + it.dbeta.sum(0)
     if use_beta_sigmoid_in_kernel:
         # beta_act = s * sigmoid(x): d/dx = beta_act (1 - beta_act / s)
         s = 2.0 if allow_neg_eigval else 1.0
         dbeta = dbeta * intra.beta * (1.0 - intra.beta / s)
     return ChunkGrads(
-        dq=qk_bwd(q, it.dq, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel),
-        dk=qk_bwd(k, it.dk, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel),
+        dq=it.dq if it.qk_final else qk_bwd(q, it.dq, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel),
+        dk=it.dk if it.qk_final else qk_bwd(k, it.dk, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel),
         dv=wy.dv,
         dg=it.dg,
         dbeta=dbeta.to(beta.dtype),

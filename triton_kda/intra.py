@@ -706,12 +706,13 @@ def _inblock_exact(b_dA, b_dL, b_qn, b_kn, b_kbn, b_G, BC: tl.constexpr):
 
 
 class IntraBwdOut(NamedTuple):
-    dq: torch.Tensor                    # [TT, HV, K] fp32, per v-head partials w.r.t. the normalised q
-    dk: torch.Tensor                    # [TT, HV, K] fp32, per v-head partials w.r.t. the normalised k
+    dq: torch.Tensor                    # [TT, HV, K] fp32, per v-head partials w.r.t. the normalised q; with
+    dk: torch.Tensor                    #   qk_final [TT, H, K] in q's dtype, the final gradients (k likewise)
     dg: torch.Tensor                    # [TT, HV, K] in g's dtype, w.r.t. the raw gate input
     dbeta: torch.Tensor                 # [NK, TT, HV] fp32, per-K-slice beta gradient through w and L
     dA_log_part: torch.Tensor | None    # [NK, NT, HV] fp32 partials of dA_log (with A_log in the gate)
     ddt_bias_part: torch.Tensor | None  # [NT, HV, K] fp32 per-chunk partials of ddt_bias (with dt_bias)
+    qk_final: bool                      # dq, dk are final (GVA sum and l2norm backward done: the compiled kernel)
 
 
 class IntraLocalOut(NamedTuple):
@@ -760,19 +761,20 @@ def intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WY
 
 def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
               scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
-              prec: str, prec_state: str, span: bool) -> IntraBwdOut:
+              prec: str, prec_state: str, span: bool, l2norm: bool) -> IntraBwdOut:
     """`intra_local_bwd`, then `_kda_gate_bwd_kernel` on (NT, HV, NK) (gate.py's `gate_bwd`); A_log [HV] and
-    dt_bias [HV * K] or None; the rest as in `intra_local_bwd`. Both are op `kda_intra_bwd` of the backend registry:
-    a compiled backend that takes the call (cuda_fast.sm90_bwd: bf16 training on sm_90 / sm_100) runs them as one
-    kernel, and `backend_report()` says which ran and why."""
+    dt_bias [HV * K] or None; l2norm: the forward's use_qk_l2norm_in_kernel; the rest as in `intra_local_bwd`. Both
+    are op `kda_intra_bwd` of the backend registry: a compiled backend that takes the call (cuda_fast.sm90_bwd: bf16
+    training on sm_90 / sm_100) runs them as one kernel, where H == HV with the q/k backward too (qk_final), and
+    `backend_report()` says which ran and why."""
     args = dict(q=q, k=k, g=g, h=h, dh=dh, do=do, v_new=v_new, K=q.shape[2], V=v_new.shape[2], BT=BT, HV=g.shape[1],
                 state_v_first=state_v_first, span=span)
     backend = backends.select(BWD_OP, args, q.device)
     if backend.fn is not None:
         return IntraBwdOut(*backend.fn(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb,
-                                       do, wy.dAqk, wy.dL, plan, scale, gate, lower_bound))
+                                       do, wy.dAqk, wy.dL, plan, scale, gate, lower_bound, l2norm))
     lo = intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy, do, scale, plan, BT, gate=gate,
                          state_v_first=state_v_first, prec=prec, prec_state=prec_state, span=span)
     dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, lo.dD, lo.dW, plan, BT, lo.BC, gate=gate,
                                               lower_bound=lower_bound)
-    return IntraBwdOut(lo.dq, lo.dk, dg, lo.dbeta, dA_log_part, ddt_bias_part)
+    return IntraBwdOut(lo.dq, lo.dk, dg, lo.dbeta, dA_log_part, ddt_bias_part, False)

@@ -42,8 +42,8 @@ struct IntraBwdArgs {
     const float* dL;               // [TT, HV, BT]
     const int64_t* cu_seqlens;     // [N + 1]
     const int32_t* chunk_indices;  // [NT, 2]: (sequence, chunk within it)
-    float* dq;                     // [TT, HV, K] w.r.t. qn, per v-head
-    float* dk;                     // [TT, HV, K] w.r.t. kn, per v-head
+    void* dq;                      // qk_final: [TT, H, K] bf16 w.r.t. q as passed; else [TT, HV, K] fp32 w.r.t. the
+    void* dk;                      //   normalised q (k), per v-head
     __nv_bfloat16* dg;             // [TT, HV, K] w.r.t. g
     float* dbeta;                  // [4, TT, HV] beta-gradient partials per quarter of K (through w and L)
     float* dA_log_part;            // [2, NT, HV] per half of K and chunk, or null (exactly when A_log is)
@@ -52,6 +52,8 @@ struct IntraBwdArgs {
     float scale;
     float lower_bound;             // gate 2's bound
     int32_t gate;                  // 0: g is the log decay; 1: -exp(A_log) softplus(g + dt_bias); 2: lower-bound form
+    int32_t l2norm;                // q and k were l2-normalised in the forward (rstd_q, rstd_k their row norms)
+    int32_t qk_final;              // 1 (needs H == HV): dq, dk as the final gradients, l2norm backward included
 };
 
 namespace {
@@ -64,7 +66,7 @@ constexpr int SPB = 72;            //   fragment reads: G fp32 [64, SP], q and k
 constexpr int SPA = 72;            //   dAqk and dL fp32 [64, SPA]
 constexpr int WARPS = 8;
 constexpr float RANGE_MAX = 110.0f;  // as triton_kda.intra: 2^110 |k| stays far inside the fp32 range
-constexpr int SMEM_BYTES = (BT * SP + 2 * BT * SPA + 3 * BT) * 4 + 2 * BT * SPB * 2 + 2 * KH * D * 2;
+constexpr int SMEM_BYTES = (BT * SP + 2 * BT * SPA + 3 * BT + 4 * BT) * 4 + 2 * BT * SPB * 2 + 2 * KH * D * 2;
 
 // S and dS rows in shared memory ([64, 128] bf16, no padding): the 16-byte pieces of odd rows are XOR-swizzled by 4,
 // so the 8 lanes of a quarter warp (rows 2m, 2m + 1, four pieces each) hit 32 distinct banks
@@ -119,7 +121,25 @@ __device__ __forceinline__ void split_bf16(const float4 x0, const float4 x1, uin
     }
 }
 
-template <int GATE>
+// the two CTAs of a chunk and v-head (its halves of K) as one cluster: rank = kh
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
+// a float of the shared memory of cluster CTA `rank` at this CTA's address p
+__device__ __forceinline__ float ld_cluster(const float* p, uint32_t rank) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
+// QK_FINAL (H == HV, launched as clusters of the two K halves): the l2norm backward of q and k in the epilogue,
+//     dq = r (d - xh (xh . d)),  xh = r q,  d = the gradient w.r.t. xh  (r = rstd_q; k likewise)
+// with each row's dot over both halves: every warp's part of its rows in sDot, read by both CTAs of the cluster in
+// the same order (rank 0's halves, then rank 1's), so the two halves use the same bits
+template <int GATE, bool QK_FINAL>
 __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_kernel(const IntraBwdArgs a) {
     // the chunk's rows (zero past the sequence end), this CTA's columns of K
     extern __shared__ __align__(16) float smem[];
@@ -129,7 +149,8 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     float* sRq = sL + BT * SPA;                                       // [64] scale rstd_q
     float* sRk = sRq + BT;                                            // [64] rstd_k
     float* sB = sRk + BT;                                             // [64] beta
-    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(sB + BT);   // [64, SPB] q
+    float* sDot = sB + BT;                                            // [2 (q, k), 2 (kq), 64] row dots
+    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(sDot + 4 * BT);  // [64, SPB] q
     __nv_bfloat16* sK = sQ + BT * SPB;                                // [64, SPB] k
     __nv_bfloat16* sS = sK + BT * SPB;                                // [64, 128] S rows of this half (swz)
     __nv_bfloat16* sdS = sS + KH * D;                                 // [64, 128] dS rows
@@ -386,6 +407,7 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     }
 
     // 5. stores: dq, dk, E (to shared memory) and the dbeta partial of this quarter of K
+    float dotq[2] = {0.0f, 0.0f}, dotk[2] = {0.0f, 0.0f};  // QK_FINAL: rows row0, row1 of xh . d over this quarter
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
         const int colb = c0 + 8 * n + 2 * ti;
@@ -393,13 +415,63 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
         for (int hr = 0; hr < 2; ++hr) {
             const int row = hr == 0 ? row0 : row1;
             if (row >= nvalid) continue;
-            const int64_t out = ((t0 + row) * HV + hv) * D + kh * KH + colb;
             const int x = 2 * hr;
-            const float e0 = dE[n][x] + qn(row, colb) * dqn[n][x];
-            const float e1 = dE[n][x + 1] + qn(row, colb + 1) * dqn[n][x + 1];
-            *reinterpret_cast<float2*>(a.dq + out) = make_float2(dqn[n][x] * a.scale, dqn[n][x + 1] * a.scale);
-            *reinterpret_cast<float2*>(a.dk + out) = make_float2(dkn[n][x], dkn[n][x + 1]);
-            *reinterpret_cast<float2*>(sE + swe(row, colb)) = make_float2(e0, e1);
+            const float tq0 = qn(row, colb) * dqn[n][x], tq1 = qn(row, colb + 1) * dqn[n][x + 1];
+            *reinterpret_cast<float2*>(sE + swe(row, colb)) = make_float2(dE[n][x] + tq0, dE[n][x + 1] + tq1);
+            if constexpr (QK_FINAL) {
+                dotq[hr] += tq0 + tq1;
+                dotk[hr] += kn(row, colb) * dkn[n][x] + kn(row, colb + 1) * dkn[n][x + 1];
+            } else {
+                const int64_t out = ((t0 + row) * HV + hv) * D + kh * KH + colb;
+                float* dq = static_cast<float*>(a.dq);
+                float* dk = static_cast<float*>(a.dk);
+                *reinterpret_cast<float2*>(dq + out) = make_float2(dqn[n][x] * a.scale, dqn[n][x + 1] * a.scale);
+                *reinterpret_cast<float2*>(dk + out) = make_float2(dkn[n][x], dkn[n][x + 1]);
+            }
+        }
+    }
+    if constexpr (QK_FINAL) {
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            dotq[hr] += __shfl_xor_sync(0xffffffffu, dotq[hr], 1);
+            dotq[hr] += __shfl_xor_sync(0xffffffffu, dotq[hr], 2);
+            dotk[hr] += __shfl_xor_sync(0xffffffffu, dotk[hr], 1);
+            dotk[hr] += __shfl_xor_sync(0xffffffffu, dotk[hr], 2);
+        }
+        if (ti == 0) {
+            sDot[kq * BT + row0] = dotq[0];
+            sDot[kq * BT + row1] = dotq[1];
+            sDot[(2 + kq) * BT + row0] = dotk[0];
+            sDot[(2 + kq) * BT + row1] = dotk[1];
+        }
+        cluster_sync();  // both CTAs' row dots are in place (blocks past the sequence end have left in both)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const int row = hr == 0 ? row0 : row1;
+            float tot[2];  // (xh . d) of q and of k over all of K: rank 0's halves, then rank 1's
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const float* p = sDot + 2 * t * BT + row;
+                tot[t] = (ld_cluster(p, 0) + ld_cluster(p + BT, 0)) + (ld_cluster(p, 1) + ld_cluster(p + BT, 1));
+            }
+            if (row >= nvalid) continue;
+            const float rq = a.l2norm ? sRq[row] / a.scale : 1.0f, rk = a.l2norm ? sRk[row] : 1.0f;
+            const int64_t out = ((t0 + row) * a.H + h) * D + kh * KH;
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+                const int colb = c0 + 8 * n + 2 * ti, x = 2 * hr;
+                float vq[2], vk[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float q = __bfloat162float(sQ[row * SPB + colb + e]);
+                    const float k = __bfloat162float(sK[row * SPB + colb + e]);
+                    const float dq = dqn[n][x + e] * a.scale, dk = dkn[n][x + e];
+                    vq[e] = a.l2norm ? rq * (dq - q * rq * tot[0]) : dq;
+                    vk[e] = a.l2norm ? rk * (dk - k * rk * tot[1]) : dk;
+                }
+                *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(a.dq) + out + colb) = pack_bf16(vq[0], vq[1]);
+                *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(a.dk) + out + colb) = pack_bf16(vk[0], vk[1]);
+            }
         }
     }
 #pragma unroll
@@ -475,6 +547,7 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
         for (int s2 = 0; s2 < nblk; ++s2) t += sRed[4 * KH + s2] + sRed[4 * KH + s2 + 4];
         a.dA_log_part[(kh * a.NT + ci) * HV + hv] = t * ea;
     }
+    if constexpr (QK_FINAL) cluster_sync();  // the other CTA has read this one's row dots
 }
 
 }  // namespace
@@ -499,6 +572,11 @@ extern "C" int kda_intra_bwd(const IntraBwdArgs* args, void* stream, char* err, 
                  (long long)a.HV);
         return fail(err, errlen, msg);
     }
+    if (a.qk_final && a.H != a.HV) {
+        snprintf(msg, sizeof msg, "kda_intra_bwd: qk_final needs H == HV (no GVA group to sum), got H=%lld HV=%lld",
+                 (long long)a.H, (long long)a.HV);
+        return fail(err, errlen, msg);
+    }
     if (a.gate < 0 || a.gate > 2 || (a.gate == 0 && (a.A_log != nullptr || a.dt_bias != nullptr)) ||
         (a.A_log == nullptr) != (a.dA_log_part == nullptr) || (a.dt_bias == nullptr) != (a.ddt_bias_part == nullptr)) {
         snprintf(msg, sizeof msg, "kda_intra_bwd: bad gate arguments: gate=%d (0, 1 or 2; A_log and dt_bias only with "
@@ -515,20 +593,33 @@ extern "C" int kda_intra_bwd(const IntraBwdArgs* args, void* stream, char* err, 
         {a.h, "h", 16, true}, {a.dh, "dh", 16, true}, {a.v_new, "v_new", 16, true}, {a.do_, "do", 16, true},
         {a.dvb, "dvb", 16, true}, {a.dAqk, "dAqk", 8, true}, {a.dL, "dL", 8, true},
         {a.cu_seqlens, "cu_seqlens", 8, true}, {a.chunk_indices, "chunk_indices", 8, true},
-        {a.dq, "dq", 8, true}, {a.dk, "dk", 8, true}, {a.dg, "dg", 2, true}, {a.dbeta, "dbeta", 4, true},
+        {a.dq, "dq", a.qk_final ? 4 : 8, true}, {a.dk, "dk", a.qk_final ? 4 : 8, true}, {a.dg, "dg", 2, true},
+        {a.dbeta, "dbeta", 4, true},
         {a.dA_log_part, "dA_log_part", 4, false}, {a.ddt_bias_part, "ddt_bias_part", 4, false},
     };
     if (check_pointers("kda_intra_bwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
-    void (*kernel)(IntraBwdArgs) = a.gate == 0 ? kda_intra_bwd_kernel<0>
-                                   : a.gate == 1 ? kda_intra_bwd_kernel<1> : kda_intra_bwd_kernel<2>;
+    void (*const kernels[2][3])(IntraBwdArgs) = {
+        {kda_intra_bwd_kernel<0, false>, kda_intra_bwd_kernel<1, false>, kda_intra_bwd_kernel<2, false>},
+        {kda_intra_bwd_kernel<0, true>, kda_intra_bwd_kernel<1, true>, kda_intra_bwd_kernel<2, true>}};
+    void (*kernel)(IntraBwdArgs) = kernels[a.qk_final ? 1 : 0][a.gate];
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
     if (e == cudaSuccess) {  // two CTAs per SM need the largest shared-memory carveout
         e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     }
     if (e == cudaSuccess) {
-        const dim3 grid(static_cast<unsigned>(2 * a.NT), static_cast<unsigned>(a.HV));
-        kernel<<<grid, WARPS * 32, SMEM_BYTES, static_cast<cudaStream_t>(stream)>>>(a);
-        e = cudaGetLastError();
+        cudaLaunchAttribute cluster;  // qk_final: the two halves of K of a chunk and v-head as one cluster
+        cluster.id = cudaLaunchAttributeClusterDimension;
+        cluster.val.clusterDim.x = 2;
+        cluster.val.clusterDim.y = 1;
+        cluster.val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(static_cast<unsigned>(2 * a.NT), static_cast<unsigned>(a.HV));
+        cfg.blockDim = dim3(WARPS * 32);
+        cfg.dynamicSmemBytes = SMEM_BYTES;
+        cfg.stream = static_cast<cudaStream_t>(stream);
+        cfg.attrs = &cluster;
+        cfg.numAttrs = a.qk_final ? 1 : 0;
+        e = cudaLaunchKernelEx(&cfg, kernel, a);
     }
     if (e != cudaSuccess) {
         snprintf(msg, sizeof msg, "kda_intra_bwd: launch: %s", cudaGetErrorString(e));
