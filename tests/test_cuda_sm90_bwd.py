@@ -102,8 +102,9 @@ CASES = [
                               output_final_state=True)),  # a quarter of the channels takes the exact sums
     (2, 256, 2, 2, None, dict(use_qk_l2norm_in_kernel=True)),  # pre-gated logsigmoid
     (1, 200, 2, 2, None, dict(use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True)),  # softplus gate
+    (1, 304, 2, 2, [13, 150, 64, 77], dict(KIMI)),  # varlen, H == HV: the q/k backward in the kernel
 ]
-TAGS = ["kimi-gva-varlen-h0", "strong-exact-h0", "pregated", "softplus"]
+TAGS = ["kimi-gva-varlen-h0", "strong-exact-h0", "pregated", "softplus", "kimi-varlen"]
 CASE_IDS = [case_id(B=c[0], T=c[1], H=c[2], HV=c[3]) + f"-{tag}" for c, tag in zip(CASES, TAGS, strict=True)]
 def _inputs(case, seed=0):
     """bf16 inputs of a case (every tensor a leaf that requires grad) and test_chunk_bwd's cotangents."""

@@ -66,7 +66,7 @@ constexpr int SPB = 72;            //   fragment reads: G fp32 [64, SP], q and k
 constexpr int SPA = 72;            //   dAqk and dL fp32 [64, SPA]
 constexpr int WARPS = 8;
 constexpr float RANGE_MAX = 110.0f;  // as triton_kda.intra: 2^110 |k| stays far inside the fp32 range
-constexpr int SMEM_BYTES = (BT * SP + 2 * BT * SPA + 3 * BT + 4 * BT) * 4 + 2 * BT * SPB * 2 + 2 * KH * D * 2;
+constexpr int SMEM_BYTES = (BT * SP + 2 * BT * SPA + 3 * BT + 8 * BT) * 4 + 2 * BT * SPB * 2 + 2 * KH * D * 2;
 
 // S and dS rows in shared memory ([64, 128] bf16, no padding): the 16-byte pieces of odd rows are XOR-swizzled by 4,
 // so the 8 lanes of a quarter warp (rows 2m, 2m + 1, four pieces each) hit 32 distinct banks
@@ -126,19 +126,24 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
-// a float of the shared memory of cluster CTA `rank` at this CTA's address p
-__device__ __forceinline__ float ld_cluster(const float* p, uint32_t rank) {
+// cluster_sync in two halves: arrive (relaxed: orders no memory) early, wait before the first remote access
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); }
+
+// stores v into the shared memory of cluster CTA `rank` at this CTA's address p
+__device__ __forceinline__ void st_cluster(float* p, uint32_t rank, float v) {
     uint32_t remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-    return v;
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
 }
 
 // QK_FINAL (H == HV, launched as clusters of the two K halves): the l2norm backward of q and k in the epilogue,
 //     dq = r (d - xh (xh . d)),  xh = r q,  d = the gradient w.r.t. xh  (r = rstd_q; k likewise)
-// with each row's dot over both halves: every warp's part of its rows in sDot, read by both CTAs of the cluster in
-// the same order (rank 0's halves, then rank 1's), so the two halves use the same bits
+// with each row's dot over both halves: every warp stores its part of its rows in sDot of both CTAs of the cluster
+// (slots by rank), and both sum them in the same order (rank 0's quarters, then rank 1's), so the two halves use the
+// same bits
 template <int GATE, bool QK_FINAL>
 __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_kernel(const IntraBwdArgs a) {
     // the chunk's rows (zero past the sequence end), this CTA's columns of K
@@ -149,8 +154,8 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     float* sRq = sL + BT * SPA;                                       // [64] scale rstd_q
     float* sRk = sRq + BT;                                            // [64] rstd_k
     float* sB = sRk + BT;                                             // [64] beta
-    float* sDot = sB + BT;                                            // [2 (q, k), 2 (kq), 64] row dots
-    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(sDot + 4 * BT);  // [64, SPB] q
+    float* sDot = sB + BT;                                            // [2 (rank), 2 (q, k), 2 (kq), 64] row dots
+    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(sDot + 8 * BT);  // [64, SPB] q
     __nv_bfloat16* sK = sQ + BT * SPB;                                // [64, SPB] k
     __nv_bfloat16* sS = sK + BT * SPB;                                // [64, 128] S rows of this half (swz)
     __nv_bfloat16* sdS = sS + KH * D;                                 // [64, 128] dS rows
@@ -163,6 +168,8 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     const int64_t seq = a.chunk_indices[2 * ci], bos = a.cu_seqlens[seq];
     const int64_t t0 = bos + BT * static_cast<int64_t>(a.chunk_indices[2 * ci + 1]);  // the chunk's first token
     const int nvalid = static_cast<int>(min(static_cast<int64_t>(BT), a.cu_seqlens[seq + 1] - t0));
+
+    if constexpr (QK_FINAL) cluster_arrive_relaxed();  // waited for before the first store to the other CTA
 
     // 1. stage S and dS (first group), then G, dAqk, dL, q and k of the chunk (second group: they land while the
     //    state side runs), and the rows' scalars
@@ -438,25 +445,28 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
             dotk[hr] += __shfl_xor_sync(0xffffffffu, dotk[hr], 1);
             dotk[hr] += __shfl_xor_sync(0xffffffffu, dotk[hr], 2);
         }
+        cluster_wait();  // the other CTA has started (its shared memory exists)
         if (ti == 0) {
-            sDot[kq * BT + row0] = dotq[0];
-            sDot[kq * BT + row1] = dotq[1];
-            sDot[(2 + kq) * BT + row0] = dotk[0];
-            sDot[(2 + kq) * BT + row1] = dotk[1];
+            const float part[4] = {dotq[0], dotq[1], dotk[0], dotk[1]};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float* p = sDot + ((2 * kh + (j >> 1)) * 2 + kq) * BT + (j & 1 ? row1 : row0);
+                *p = part[j];
+                st_cluster(p, static_cast<uint32_t>(kh ^ 1), part[j]);
+            }
         }
         cluster_sync();  // both CTAs' row dots are in place (blocks past the sequence end have left in both)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
             const int row = hr == 0 ? row0 : row1;
-            float tot[2];  // (xh . d) of q and of k over all of K: rank 0's halves, then rank 1's
+            float tot[2];  // (xh . d) of q and of k over all of K: rank 0's quarters, then rank 1's
 #pragma unroll
             for (int t = 0; t < 2; ++t) {
                 const float* p = sDot + 2 * t * BT + row;
-                tot[t] = (ld_cluster(p, 0) + ld_cluster(p + BT, 0)) + (ld_cluster(p, 1) + ld_cluster(p + BT, 1));
+                tot[t] = (p[0] + p[BT]) + (p[4 * BT] + p[5 * BT]);
             }
             if (row >= nvalid) continue;
             const float rq = a.l2norm ? sRq[row] / a.scale : 1.0f, rk = a.l2norm ? sRk[row] : 1.0f;
-            const int64_t out = ((t0 + row) * a.H + h) * D + kh * KH;
 #pragma unroll
             for (int n = 0; n < 4; ++n) {
                 const int colb = c0 + 8 * n + 2 * ti, x = 2 * hr;
@@ -469,8 +479,9 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
                     vq[e] = a.l2norm ? rq * (dq - q * rq * tot[0]) : dq;
                     vk[e] = a.l2norm ? rk * (dk - k * rk * tot[1]) : dk;
                 }
-                *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(a.dq) + out + colb) = pack_bf16(vq[0], vq[1]);
-                *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(a.dk) + out + colb) = pack_bf16(vk[0], vk[1]);
+                // in place of this thread's own q and k (read above, by no one after): stored whole rows below
+                *reinterpret_cast<uint32_t*>(sQ + row * SPB + colb) = pack_bf16(vq[0], vq[1]);
+                *reinterpret_cast<uint32_t*>(sK + row * SPB + colb) = pack_bf16(vk[0], vk[1]);
             }
         }
     }
@@ -498,6 +509,14 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     }
     const float ea = a.A_log != nullptr ? expf(a.A_log[hv]) : 1.0f;
     bar_sync(1, nthreads);  // E and F are complete; G, dAqk and dL are no longer read
+    if constexpr (QK_FINAL) {  // dq and dk rows of this half from shared memory, 16 bytes per thread and piece
+        for (int i = (kq * nblk + r) * 32 + lane; i < nvalid * 16; i += nthreads) {
+            const int row = i >> 4, p = i & 7;
+            const int64_t out = ((t0 + row) * a.H + h) * D + kh * KH + 8 * p;
+            __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(i & 8 ? a.dk : a.dq) + out;
+            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>((i & 8 ? sK : sQ) + row * SPB + 8 * p);
+        }
+    }
     float* sTot = sA;  // [2, 4, 64]: each row block's sums of E and of F
     {
         float se = 0.0f, sf = 0.0f;
@@ -547,7 +566,6 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
         for (int s2 = 0; s2 < nblk; ++s2) t += sRed[4 * KH + s2] + sRed[4 * KH + s2 + 4];
         a.dA_log_part[(kh * a.NT + ci) * HV + hv] = t * ea;
     }
-    if constexpr (QK_FINAL) cluster_sync();  // the other CTA has read this one's row dots
 }
 
 }  // namespace
