@@ -4,7 +4,8 @@
 It replaces two Triton kernels of a training step, ``triton_kda.intra._kda_intra_bwd_kernel`` and the gate backward
 after it (``triton_kda.gate._kda_gate_bwd_kernel``): same inputs, same outputs (per quarter of K instead of per K
 slice for the beta partials, per half of K for the dA_log ones), without the fp32 round trip of the gate gradient's
-terms between them; the rest of the backward stays Triton.
+terms between them. Where H == HV it also does the q/k backward (``triton_kda.qk``'s l2norm backward; a GVA group
+sum is then not needed) and writes the final dq, dk. The rest of the backward stays Triton.
 Scope (the verifier declines everything else, with the reason): bf16 q/k/g with bf16 states, state gradients, do
 and v_new (the bf16 training path), K = V = 128, 64-token chunks, K-first states, the E-form gate gradient.
 cuda_fast/csrc/kda_intra_bwd.cu has the kernel; the library is built on first use (``cuda_fast.build``), never at

@@ -1,8 +1,8 @@
-"""cuda_fast's sm90_bwd backend (the compiled chunk-local and gate backward): verifier, registration and the C entry
-point's checks on any machine with nvcc; on an sm_90 / sm_100 GPU, the kernel against an fp64 evaluation of its
-formulas (NaN-poisoned outputs; its error beside the Triton kernels' on the same inputs), bf16 training gradients
-against the fp64 recurrent oracle (beside the Triton backward's error on the same inputs), bit-identical reruns and
-the report."""
+"""cuda_fast's sm90_bwd backend (the compiled chunk-local, gate and, where H == HV, q/k backward): verifier,
+registration and the C entry point's checks on any machine with nvcc; on an sm_90 / sm_100 GPU, the kernel against
+an fp64 evaluation of its formulas (NaN-poisoned outputs; its error beside the Triton kernels' on the same inputs),
+bf16 training gradients against the fp64 recurrent oracle (beside the Triton backward's error on the same inputs),
+bit-identical reruns and the report."""
 import math
 import shutil
 
