@@ -280,7 +280,7 @@ def test_training_grads_match_oracle_and_triton(case, monkeypatch):
 
 @pytest.mark.gpu
 @needs_target
-@pytest.mark.parametrize("case", [CASES[0], CASES[1]], ids=CASE_IDS[:2])
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[4]], ids=[CASE_IDS[0], CASE_IDS[1], CASE_IDS[4]])
 def test_recompute_and_repeat_bit_identical(case, monkeypatch):
     """Recompute and disable_recompute give the same gradients bit for bit, and a rerun repeats them."""
     monkeypatch.delenv("TRITON_KDA_SM90_BWD", raising=False)
