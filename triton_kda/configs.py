@@ -1,4 +1,6 @@
-"""Launch configurations, one small table per architecture; read lazily per device, never at import.
+"""Launch configurations, one small table per architecture; read lazily per device, never at import. The lookups are
+pure functions of their ints, cached per argument tuple (a training step makes about 50 of them: tens of
+microseconds of host time, `docs/benchmarks/scripts/train_host_overhead.py`).
 
 The table needs no tuning on a first call. With `TRITON_KDA_AUTOTUNE=1` the heaviest launches (intra forward, state
 forward, chunk-local backward) instead time the table's entry and a few alternatives once per problem key and keep
@@ -136,12 +138,14 @@ def pow2_ceil(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+@functools.cache
 def _kpad(K: int, arch: int) -> int:
     """Tile width covering a head dim of K: a power of two, at least 16 in the interpreter and 32 on GPUs (16-wide
     K or V tiles gave illegal addresses and wrong outputs in bf16/fp16 products on sm_90, triton 3.6, NOTES.md)."""
     return max(16 if arch == 0 else 32, pow2_ceil(K))
 
 
+@functools.cache
 def intra_config(arch: int, K: int, V: int) -> IntraConfig:
     BV = min(64, _kpad(V, arch))
     if arch == 0:
@@ -159,18 +163,21 @@ def intra_candidates(arch: int, K: int, V: int) -> list[IntraConfig]:
             for bk in (32, 64) if bk <= _kpad(K, arch) for w in (4, 8)]
 
 
+@functools.cache
 def wy_fwd_config(arch: int, K: int, V: int) -> IntraConfig:
     """The backward's WY recompute: the intra forward's tiles (its products must round as the forward's) and 3
     pipeline stages (Triton's default, with which it was measured: 0.46-0.49 ms at B2 T8192 H32 on an H200)."""
     return replace(intra_config(arch, K, V), num_stages=3)
 
 
+@functools.cache
 def wy_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
     """The WY backward (one program per chunk and v-head, V slices of BV; with fp32 inputs K slices of BK inside)."""
     return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=min(32 if arch == 0 else 64, _kpad(V, arch)), num_warps=4,
                        num_stages=1)
 
 
+@functools.cache
 def intra_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
     """The chunk-local backward (one program per BC-row block of a chunk, v-head and K slice of BK)."""
     if arch == 0:
@@ -194,11 +201,13 @@ class GateBwdConfig(NamedTuple):
     num_warps: int
 
 
+@functools.cache
 def gate_bwd_config(arch: int, K: int) -> GateBwdConfig:
     """The gate backward (one program per chunk, v-head and K slice: a reverse cumsum and elementwise work)."""
     return GateBwdConfig(BK=min(32 if arch == 0 else 64, _kpad(K, arch)), num_warps=4)
 
 
+@functools.cache
 def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
     """elem_size: bytes per element of the stored intermediates (2 for bf16/fp16, 4 for fp32)."""
     BK = _kpad(K, arch)
@@ -223,6 +232,7 @@ def state_candidates(arch: int, K: int, V: int, elem_size: int) -> list[StateCon
     return [StateConfig(BV=bv, num_warps=4, num_stages=s) for bv in widths for s in range(1, base.num_stages + 1)]
 
 
+@functools.cache
 def cp_config(arch: int, K: int, V: int, elem_size: int) -> CPConfig:
     """Launch configuration of the intra-card CP kernels (state_cp.py); elem_size as in `state_config`. The map
     kernels carry a [K, BC] fp32 block, like the serial kernel's [K, BV]; the chain kernels a [K, chain_BV] state and
@@ -255,6 +265,7 @@ class RecurrentBwdConfig:
     input_warps: int  # of the kernel that turns the reverse pass's partial sums into input gradients
 
 
+@functools.cache
 def recurrent_fwd_config(arch: int, K: int, V: int, heads: int, sms: int) -> RecurrentConfig:
     """The decode / token-recurrence forward (recurrent.py): one program per (sequence, v-head, V block) reads and
     writes each state element once, so the launch is memory-bound; ``heads`` = N * HV, ``sms`` the GPU's SM count.
@@ -278,6 +289,7 @@ def recurrent_fwd_candidates(arch: int, K: int, V: int) -> list[RecurrentConfig]
     return [RecurrentConfig(BV=bv, num_warps=w) for bv, w in pairs if bv <= vp]
 
 
+@functools.cache
 def recurrent_bwd_config(arch: int, K: int, V: int) -> RecurrentBwdConfig:
     """The reverse pass of fused_recurrent_kda's backward: state, its gradient and three temporaries of [K, BV]
     fp32 live at once, hence narrow V blocks. C = 8 replays 3.5 steps per token on average and keeps one
