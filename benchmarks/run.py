@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true",
                         help="at most 2 shapes per suite, sharing H (fla tunes once per suite); short timings")
     parser.add_argument("--max-shapes", type=positive_int, default=None, help="at most N shapes per suite")
+    parser.add_argument("--shapes", type=lambda text: tuple(filter(None, text.split(","))), default=(),
+                        help="only the suites' shapes whose label contains one of these comma-separated parts "
+                             "(e.g. B2-T8192-H64,T65536)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first input set")
     parser.add_argument("--warmup-ms", type=positive_int, default=None,
                         help="do_bench warm-up in ms (default 100, quick 50)")
@@ -177,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                "autotune_cache": f"{restored} results restored" if restored else "fresh"}
     decode_rows = []
     for suite in DECODE_SUITES:
-        for shape in select_shapes(suites.pop(suite, ()), max_shapes=args.max_shapes):
+        for shape in select_shapes(suites.pop(suite, ()), max_shapes=args.max_shapes, labels=args.shapes):
             for flags in flag_sets:
                 log(f"--- decode {shape.label} {flags.name}: pool of {DECODE_SLOTS} slots")
                 rows = decode.bench_shape(shape, flags, args.impl, timer, context, slots=DECODE_SLOTS,
@@ -190,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "decode.md").write_text(decode.markdown(decode_rows) + "\n")
     impls = load_impls(args.impl) if suites else {}
     plan = [(suite, shape, flags) for suite, shapes in suites.items()
-            for shape in select_shapes(shapes, quick=args.quick, max_shapes=args.max_shapes) for flags in flag_sets]
+            for shape in select_shapes(shapes, quick=args.quick, max_shapes=args.max_shapes, labels=args.shapes)
+            for flags in flag_sets]
     head_configs = {(shape.H, shape.HV, shape.K, shape.V, shape.varlen) for _, shape, _ in plan}
     log(f"{len(plan)} cases x {len(args.impl)} impls x modes {','.join(args.modes)}; "
         f"{len(head_configs)} head configurations (fla autotunes each: minutes on a fresh machine)")

@@ -205,13 +205,15 @@ def resolve_flags(names: list[str]) -> list[FlagSet]:
     return [FLAG_SETS[name] for name in dict.fromkeys(names)]
 
 
-def select_shapes(shapes: tuple[Shape, ...], *, quick: bool = False, max_shapes: int | None = None) -> list[Shape]:
+def select_shapes(shapes: tuple[Shape, ...], *, quick: bool = False, max_shapes: int | None = None,
+                  labels: tuple[str, ...] = ()) -> list[Shape]:
     """The shapes to run from one suite.
 
-    ``quick`` keeps at most two shapes that share the first shape's (H, HV, K, V) and varlen-ness, so fla
-    autotunes once for the suite; ``max_shapes`` caps the count after that.
+    ``labels``, when given, keeps only the shapes whose label contains one of them (``B2-T8192-H64``); ``quick``
+    keeps at most two shapes that share the first shape's (H, HV, K, V) and varlen-ness, so fla autotunes once for
+    the suite; ``max_shapes`` caps the count after that.
     """
-    chosen = list(shapes)
+    chosen = [s for s in shapes if not labels or any(part in s.label for part in labels)]
     if quick and chosen:
         first = chosen[0]
         same = [s for s in chosen if (s.H, s.HV, s.K, s.V, s.varlen) == (first.H, first.HV, first.K, first.V,

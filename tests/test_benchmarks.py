@@ -170,6 +170,8 @@ def test_resolve_and_select():
         chosen = select_shapes(shapes, quick=True)
         assert 1 <= len(chosen) <= 2 and len({(s.H, s.HV, s.K, s.V) for s in chosen}) == 1
     assert len(select_shapes(SUITES["standard"], max_shapes=3)) == 3
+    picked = select_shapes(SUITES["standard"] + SUITES["long"], labels=("B2-T8192-H64", "T65536"))
+    assert [s.label for s in picked] == ["B2-T8192-H64-HV64-K128-V128", "B1-T65536-H8-HV8-K128-V128"]
     with pytest.raises(ValueError, match="max_shapes"):
         select_shapes(SUITES["standard"], max_shapes=0)
 
@@ -179,13 +181,14 @@ def test_resolve_and_select():
 def test_run_cli_parsing():
     args = run.build_parser().parse_args(
         ["--suite", "standard,kimi", "--impl", "triton", "--modes", "fwd", "--flags", "kimi,pregated",
-         "--out", "x", "--quick", "--max-shapes", "2"])
+         "--out", "x", "--quick", "--max-shapes", "2", "--shapes", "B2-T8192-H64,T65536"])
+    assert args.shapes == ("B2-T8192-H64", "T65536")
     assert args.suite == ["standard", "kimi"] and args.impl == ["triton"] and args.modes == ["fwd"]
     assert args.flags == ["kimi", "pregated"] and args.out == Path("x") and args.quick and args.max_shapes == 2
     defaults = run.build_parser().parse_args([])
     assert (defaults.suite, defaults.impl, defaults.modes, defaults.flags) == (
         ["standard"], ["triton", "fla"], ["fwd", "fwdbwd"], ["kimi"])
-    assert not defaults.cold_start and defaults.cold_start_child is None
+    assert not defaults.cold_start and defaults.cold_start_child is None and defaults.shapes == ()
 
 
 @pytest.mark.parametrize("argv", [["--suite", "huge"], ["--impl", "cuda"], ["--modes", "bwd"], ["--flags", ""],
