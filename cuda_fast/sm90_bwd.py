@@ -35,7 +35,7 @@ class IntraBwdArgs(ctypes.Structure):
 
     _fields_ = [
         *((name, ctypes.c_void_p) for name in (
-            "q", "k", "g", "A_log", "dt_bias", "Gc", "gl", "rstd_q", "rstd_k", "beta", "h", "dh", "v_new", "do",
+            "q", "k", "g", "A_log", "dt_bias", "gl", "rstd_q", "rstd_k", "beta", "h", "dh", "v_new", "do",
             "dvb", "dAqk", "dL", "cu_seqlens", "chunk_indices", "dq", "dk", "dg", "dbeta", "dA_log_part",
             "ddt_bias_part")),
         *((name, ctypes.c_int64) for name in ("TT", "NT", "H", "HV", "K", "V", "BT")),
@@ -93,23 +93,24 @@ def grads_like(q, g, NT: int, *, has_a_log: bool, has_dt_bias: bool, fill: float
                          new(HALVES, NT, HV) if has_a_log else None, new(NT, HV, K) if has_dt_bias else None, final)
 
 
-def kda_intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL, plan,
+def kda_intra_bwd(q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL, plan,
                   scale: float, gate: int, lower_bound: float | None, l2norm: bool, *,
                   out: IntraBwdGrads | None = None) -> IntraBwdGrads:
     """The chunk-local backward and the gate backward on flattened, contiguous tensors (shapes as in
     ``IntraBwdArgs``'s C mirror; A_log [HV] and dt_bias [HV * K] or None, any float dtype; gate: triton_kda.gate's
-    GATE constexpr; l2norm: use_qk_l2norm_in_kernel; plan: the ``ChunkPlan`` of 64-token chunks). Where H == HV the
-    kernel also takes dq and dk through the l2norm backward (``qk_final``: a cluster of the two halves of K shares
-    each row's dot). ``out`` may be given (tests pass NaN-filled buffers)."""
+    GATE constexpr; l2norm: use_qk_l2norm_in_kernel; plan: the ``ChunkPlan`` of 64-token chunks). The kernel forms
+    the gate cumsum from g itself (sequential fp32 sums). Where H == HV it also takes dq and dk through the l2norm
+    backward (``qk_final``: a cluster of the two halves of K shares each row's dot). ``out`` may be given (tests
+    pass NaN-filled buffers)."""
     TT, H, K = q.shape
-    HV, V = Gc.shape[1], v_new.shape[2]
+    HV, V = g.shape[1], v_new.shape[2]
     dev = q.device
     lib = entry_for(dev, "kda_intra_bwd", IntraBwdArgs)
     A_log, dt_bias = (x.float().contiguous() if gate and x is not None else None for x in (A_log, dt_bias))
     if out is None:
         out = grads_like(q, g, plan.NT, has_a_log=A_log is not None, has_dt_bias=dt_bias is not None)
     args = IntraBwdArgs(
-        q=_ptr(q), k=_ptr(k), g=_ptr(g), A_log=_ptr(A_log), dt_bias=_ptr(dt_bias), Gc=_ptr(Gc), gl=_ptr(gl),
+        q=_ptr(q), k=_ptr(k), g=_ptr(g), A_log=_ptr(A_log), dt_bias=_ptr(dt_bias), gl=_ptr(gl),
         rstd_q=_ptr(rstd_q), rstd_k=_ptr(rstd_k), beta=_ptr(beta_act), h=_ptr(h), dh=_ptr(dh), v_new=_ptr(v_new),
         do=_ptr(do), dvb=_ptr(dvb), dAqk=_ptr(dAqk), dL=_ptr(dL), cu_seqlens=_ptr(plan.cu_seqlens),
         chunk_indices=_ptr(plan.chunk_indices), dq=_ptr(out.dq), dk=_ptr(out.dk), dg=_ptr(out.dg),

@@ -17,7 +17,8 @@ from tests.test_chunk_bwd import LEAVES, _cotangents, _kernel_grads, _oracle_gra
 from tests.utils import DEVICE, assert_close, case_id, make_inputs, rel_rmse
 from triton_kda import backends, chunk_kda
 from triton_kda.backends import Selection
-from triton_kda.gate import GATE_LOWER_BOUND, GATE_NONE, gate_bwd
+from triton_kda.configs import precision_of
+from triton_kda.gate import GATE_LOWER_BOUND, GATE_NONE, gate_bwd, gate_cumsum
 from triton_kda.intra import BWD_OP, intra_local_bwd
 from triton_kda.qk import qk_bwd
 from triton_kda.wy import WYBwdOut
@@ -163,16 +164,18 @@ def _gate_act_bwd(dgate, g, A_log, dt_bias, gate: int, lower_bound):
 
 def _stage_ref(call) -> dict:
     """fp64 evaluation of the chunk-local backward's formulas (triton_kda.intra._kda_intra_bwd_kernel's docstring)
-    with exact decays 2^(G_i - G_j), chunk by chunk, and of the gate backward after it (`_kda_gate_bwd_kernel`):
-    dq, dk [TT, HV, K] (where H == HV: [TT, H, K] through the l2norm backward), dbeta [TT, HV], dg [TT, HV, K],
-    dA_log [HV] and ddt_bias [HV * K] (None without them)."""
-    (q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL, plan, scale, gate, lb,
-     l2) = call
-    f64 = [x.double() for x in (q, k, g, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL)]
-    q, k, g, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL = f64
+    with the exact gate cumsum G of g and exact decays 2^(G_i - G_j), chunk by chunk, and of the gate backward after
+    it (`_kda_gate_bwd_kernel`): dq, dk [TT, HV, K] (where H == HV: [TT, H, K] through the l2norm backward), dbeta
+    [TT, HV], dg [TT, HV, K], dA_log [HV] and ddt_bias [HV * K] (None without them)."""
+    q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL, plan, scale, gate, lb, l2 = call
+    f64 = [x.double() for x in (q, k, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL)]
+    q, k, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do, dAqk, dL = f64
     TT, H, K = q.shape
-    HV = Gc.shape[1]
+    HV = g.shape[1]
     grp = HV // H
+    act = g.double() if gate == GATE_NONE else kda_gate_ref(
+        *(x.double() if x is not None else None for x in (g, A_log, dt_bias)),
+        lower_bound=lb if gate == GATE_LOWER_BOUND else None)
     out = {name: torch.zeros(TT, HV, K, dtype=torch.float64, device=q.device) for name in ("dq", "dk", "dgate")}
     out["dbeta"] = torch.zeros(TT, HV, dtype=torch.float64, device=q.device)
     cu = plan.cu_seqlens.tolist()
@@ -180,7 +183,7 @@ def _stage_ref(call) -> dict:
         t0 = cu[seq] + 64 * local
         n = min(64, cu[seq + 1] - t0)
         rows = slice(t0, t0 + n)
-        G = Gc[rows].transpose(0, 1)                                                  # [HV, n, K]
+        G = (act[rows].cumsum(0) / math.log(2)).transpose(0, 1)                       # [HV, n, K]
         qn = (q[rows].repeat_interleave(grp, 1) * (rstd_q[rows] * scale)[..., None]).transpose(0, 1)
         kn = (k[rows].repeat_interleave(grp, 1) * rstd_k[rows][..., None]).transpose(0, 1)
         b = beta[rows].transpose(0, 1)[..., None]                                     # [HV, n, 1]
@@ -233,8 +236,9 @@ def test_kernel_matches_fp64_stage_and_triton(case, monkeypatch):
     d, do, dht = _inputs(case)
     call, got = _captured(monkeypatch, d, do, dht)
     ref = _stage_ref(call)
-    (q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do_, dAqk, dL, plan, scale, gate, lb,
+    (q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do_, dAqk, dL, plan, scale, gate, lb,
      l2) = call
+    Gc = gate_cumsum(g, A_log, dt_bias, plan, 64, gate=gate, lower_bound=lb, prec=precision_of(BF16))
     lo = intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, WYBwdOut(None, dvb, dAqk, dL, None),
                          do_, scale, plan, 64, gate=gate, state_v_first=False, prec="tf32", prec_state="tf32",
                          span=False)

@@ -47,8 +47,16 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     bp = bwd_precision_of(q.dtype)
     prec = bp.products
     gate = gate_mode(use_gate_in_kernel, lower_bound)
-    # the gate cumsum as the forward computed it (its precision rule), the products at the backward's
-    Gc = gate_cumsum(g, A_log, dt_bias, plan, BT, gate=gate, lower_bound=lower_bound, prec=precision_of(q.dtype))
+    cumsum = []
+
+    def Gc() -> torch.Tensor:
+        """The gate cumsum as the forward computed it (its precision rule), the products at the backward's; computed
+        once, and only where a kernel reads it (the compiled chunk-local backward forms its own)."""
+        if not cumsum:
+            cumsum.append(gate_cumsum(g, A_log, dt_bias, plan, BT, gate=gate, lower_bound=lower_bound,
+                                      prec=precision_of(q.dtype)))
+        return cumsum[0]
+
     dh, dv_new, dh0 = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do, dht, plan, BT, V,
                                 want_dh0=want_dh0, state_v_first=state_v_first, prec=prec)
     wy = wy_bwd(k, v, Gc, intra.rstd_k, intra.beta, intra.Akk, h, v_new, dv_new, do, plan, BT,

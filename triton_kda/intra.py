@@ -19,6 +19,7 @@ G_a - G_i <= RANGE_MAX for every channel (always true for safe gates in [-5, 0))
 an exact per-column evaluation instead; the choice depends on tokens <= i only.
 """
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -759,21 +760,22 @@ def intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WY
     return IntraLocalOut(dq, dk, dD, dW, dbeta, cfg.BC if span else 0)
 
 
-def intra_bwd(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WYBwdOut, do,
-              scale: float, plan, BT: int, *, gate: int, lower_bound: float | None, state_v_first: bool,
-              prec: str, prec_state: str, span: bool, l2norm: bool) -> IntraBwdOut:
+def intra_bwd(q, k, g, A_log, dt_bias, Gc: Callable[[], torch.Tensor], gl, rstd_q, rstd_k, beta_act, h, dh, v_new,
+              wy: WYBwdOut, do, scale: float, plan, BT: int, *, gate: int, lower_bound: float | None,
+              state_v_first: bool, prec: str, prec_state: str, span: bool, l2norm: bool) -> IntraBwdOut:
     """`intra_local_bwd`, then `_kda_gate_bwd_kernel` on (NT, HV, NK) (gate.py's `gate_bwd`); A_log [HV] and
-    dt_bias [HV * K] or None; l2norm: the forward's use_qk_l2norm_in_kernel; the rest as in `intra_local_bwd`. Both
-    are op `kda_intra_bwd` of the backend registry: a compiled backend that takes the call (cuda_fast.sm90_bwd: bf16
-    training on sm_90 / sm_100) runs them as one kernel, where H == HV with the q/k backward too (qk_final), and
+    dt_bias [HV * K] or None; Gc returns the gate cumsum (called only for these Triton kernels); l2norm: the forward's
+    use_qk_l2norm_in_kernel; the rest as in `intra_local_bwd`. Both are op `kda_intra_bwd` of the backend registry:
+    a compiled backend that takes the call (cuda_fast.sm90_bwd: bf16 training on sm_90 / sm_100) runs them as one
+    kernel that forms the gate cumsum itself, where H == HV with the q/k backward too (qk_final), and
     `backend_report()` says which ran and why."""
     args = dict(q=q, k=k, g=g, h=h, dh=dh, do=do, v_new=v_new, K=q.shape[2], V=v_new.shape[2], BT=BT, HV=g.shape[1],
                 state_v_first=state_v_first, span=span)
     backend = backends.select(BWD_OP, args, q.device)
     if backend.fn is not None:
-        return IntraBwdOut(*backend.fn(q, k, g, A_log, dt_bias, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb,
-                                       do, wy.dAqk, wy.dL, plan, scale, gate, lower_bound, l2norm))
-    lo = intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy, do, scale, plan, BT, gate=gate,
+        return IntraBwdOut(*backend.fn(q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do,
+                                       wy.dAqk, wy.dL, plan, scale, gate, lower_bound, l2norm))
+    lo = intra_local_bwd(q, k, Gc(), gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy, do, scale, plan, BT, gate=gate,
                          state_v_first=state_v_first, prec=prec, prec_state=prec_state, span=span)
     dg, dA_log_part, ddt_bias_part = gate_bwd(g, A_log, dt_bias, lo.dD, lo.dW, plan, BT, lo.BC, gate=gate,
                                               lower_bound=lower_bound)

@@ -1,5 +1,6 @@
 """WY stage: w = Akk (beta k 2^G), u = Akk (beta v) recomputed from the saved Akk (forward kernel, run by the backward's
 recompute), and the WY backward (gradients through u and w into v, beta, Akk and the intra-chunk products)."""
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -193,10 +194,12 @@ class WYBwdOut(NamedTuple):
     dbeta: torch.Tensor     # [TT, HV] fp32, the beta gradient through u (before the sigmoid)
 
 
-def wy_bwd(k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int, *, state_v_first: bool,
-           prec: str) -> WYBwdOut:
-    """Launch `_kda_wy_bwd_kernel` on the (NT, HV) grid; shapes as in its docstring (contiguous, flattened). The
-    gradient of Akk goes through the state (VIA_STATE) for fp32 inputs, through v_new otherwise."""
+def wy_bwd(k, v, Gc: Callable[[], torch.Tensor], rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int, *,
+           state_v_first: bool, prec: str) -> WYBwdOut:
+    """Launch `_kda_wy_bwd_kernel` on the (NT, HV) grid; shapes as in its docstring (contiguous, flattened; Gc
+    returns the gate cumsum, called only where the kernel reads it). The gradient of Akk goes through the state
+    (VIA_STATE) for fp32 inputs, through v_new otherwise."""
+    via_state = k.dtype == torch.float32
     TT, H, K = k.shape
     HV, V = v.shape[1], v.shape[2]
     cfg = wy_bwd_config(arch_of(k.device), K, V)
@@ -204,9 +207,9 @@ def wy_bwd(k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, plan, BT: int,
     out = WYBwdOut(dv=torch.empty_like(v), dvb=torch.empty(TT, HV, V, **f32), dAqk=torch.empty(TT, HV, BT, **f32),
                    dL=torch.empty(TT, HV, BT, **f32), dbeta=torch.empty(TT, HV, **f32))
     _kda_wy_bwd_kernel[(plan.NT, HV)](
-        k, v, Gc, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens, plan.chunk_indices,
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, VIA_STATE=k.dtype == torch.float32,
-        PREC=prec,
+        k, v, Gc() if via_state else out.dAqk, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens,
+        plan.chunk_indices,
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, VIA_STATE=via_state, PREC=prec,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

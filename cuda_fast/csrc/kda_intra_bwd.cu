@@ -4,7 +4,8 @@
 //
 // kda_intra_bwd_kernel  grid (2 NT, HV), 8 warps: one CTA per chunk, v-head and half of K; warp (r, kq) owns the
 // chunk's rows [16 r, 16 r + 16) and 32 of the half's columns (4 mma n-tiles). With S = h, dS = dh of the chunk,
-// qn = scale rstd_q q, kn = rstd_k k and G the gate cumsum (log2 units), per row i and column c:
+// qn = scale rstd_q q, kn = rstd_k k and G the gate cumsum (log2 units; formed here from g while S and dS load: the
+// Triton pipeline's gate-cumsum kernel does not run), per row i and column c:
 //     state side   do S^T, X = -dvb S^T, v_new dS^T                  (bf16 mma; dvb as a bf16 hi + lo pair)
 //     intra sums   Rq_i = sum_j dAqk_ij kn_j 2^(G_i - G_j),  RL_i likewise with dL,
 //                  C_j  = sum_i (dAqk_ij qn_i + dL_ij beta_i kn_i) 2^(G_i - G_j)   (tf32 mma, anchored at the
@@ -15,8 +16,8 @@
 //                  dgate_m = sum_{i >= m} E_i + sum_{j < m} F_j, and taken through the gate's activation as
 //                  triton_kda.gate's `_kda_gate_bwd_kernel` does (dg, and the dA_log / ddt_bias partials).
 // Shared memory holds the chunk's S and dS rows of this half (the state side's B operands) and its G, q, k, dAqk, dL
-// and row scalars (the intra sums' operands, staged while the state side runs); do, v_new and dvb rows come straight
-// from global memory into the A fragments. The reduction index of every product is permuted so that each lane reads
+// and row scalars (the intra sums' operands; all but G staged while the state side runs); do, v_new and dvb rows
+// come straight from global memory into the A fragments. The reduction index of every product is permuted so that each lane reads
 // 8 consecutive elements (16 or 32 bytes) at once: A and B use the same permutation, which leaves the sums unchanged.
 // 128 registers and 104 KiB of shared memory: two CTAs (16 warps) per SM.
 #include "common.cuh"
@@ -28,7 +29,6 @@ struct IntraBwdArgs {
     const __nv_bfloat16* g;        // [TT, HV, K] the gate as passed (raw input of the in-kernel gate, or the decay)
     const float* A_log;            // [HV] or null
     const float* dt_bias;          // [HV * K] or null
-    const float* Gc;               // [TT, HV, K] gate cumsum, log2 units
     const float* gl;               // [NT, HV, K] G at each chunk's last token
     const float* rstd_q;           // [TT, HV]
     const float* rstd_k;           // [TT, HV]
@@ -139,6 +139,51 @@ __device__ __forceinline__ void st_cluster(float* p, uint32_t rank, float v) {
     asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
 }
 
+// the gate cumsum G of this CTA's half of K ([64, SP] fp32 in sG, log2 units, zero past the sequence end) from the
+// raw gate staged in the upper half of sG's rows: G_i = log2(e) sum_{j <= i} gate_j, gate_j = g_j (GATE 0) or the
+// activation of g_j + dt_bias as triton_kda.gate's `kda_gate_act` (exact exp, log and division). Thread (c, s) of
+// warp w takes column c' = 8 w + c (c = lane & 7), rows [16 s, 16 s + 16) (s = lane >> 3), and sums them in order
+// from its segment's offset (the earlier segments' totals, by shuffles): G_i - G_j of nearby tokens is right to an
+// ulp or two of |G| (a tree-shaped scan, as tl.cumsum's, gives nearby prefix sums independent errors of several).
+// Every thread of the CTA calls it (a barrier inside: all raw values are read before G overwrites them); the
+// caller's next barrier publishes G.
+template <int GATE>
+__device__ __forceinline__ void stage_gate_cumsum(const IntraBwdArgs& a, float* sG, int64_t hv, int64_t kh,
+                                                  int nvalid, int warp, int lane) {
+    const int c = 8 * warp + (lane & 7), s = lane >> 3;
+    float y[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) y[i] = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(sG + (16 * s + i) * SP + KH / 2)[c]);
+    __syncthreads();
+    const float dtb = GATE > 0 && a.dt_bias != nullptr ? a.dt_bias[hv * D + kh * KH + c] : 0.0f;
+    const float ea = GATE > 0 && a.A_log != nullptr ? expf(a.A_log[hv]) : 1.0f;
+    float total = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        if constexpr (GATE == 1) {  // -a softplus(x), softplus as triton_kda.gate._softplus
+            const float x = y[i] + dtb, e = expf(fminf(x, 20.0f)), u = 1.0f + e;
+            y[i] = -ea * (x > 20.0f ? x : (u == 1.0f ? e : logf(u) * (e / (u - 1.0f))));
+        } else if constexpr (GATE == 2) {  // lower_bound sigmoid(a x)
+            y[i] = a.lower_bound / (1.0f + expf(-ea * (y[i] + dtb)));
+        }
+        if (16 * s + i >= nvalid) y[i] = 0.0f;
+        total += y[i];
+    }
+    float incl = total;  // the segments' inclusive totals over s, then this segment's offset
+    float up = __shfl_up_sync(0xffffffffu, incl, 8);
+    if (s >= 1) incl += up;
+    up = __shfl_up_sync(0xffffffffu, incl, 16);
+    if (s >= 2) incl += up;
+    up = __shfl_up_sync(0xffffffffu, incl, 8);
+    float run = s >= 1 ? up : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const int row = 16 * s + i;
+        run += y[i];
+        sG[row * SP + c] = row < nvalid ? run * 1.4426950408889634f : 0.0f;
+    }
+}
+
 // QK_FINAL (H == HV, launched as clusters of the two K halves): the l2norm backward of q and k in the epilogue,
 //     dq = r (d - xh (xh . d)),  xh = r q,  d = the gradient w.r.t. xh  (r = rstd_q; k likewise)
 // with each row's dot over both halves: every warp stores its part of its rows in sDot of both CTAs of the cluster
@@ -171,20 +216,25 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
 
     if constexpr (QK_FINAL) cluster_arrive_relaxed();  // waited for before the first store to the other CTA
 
-    // 1. stage S and dS (first group), then G, dAqk, dL, q and k of the chunk (second group: they land while the
-    //    state side runs), and the rows' scalars
+    // 1. stage the raw gate (first group), S and dS (second), then dAqk, dL, q and k of the chunk (third: they land
+    //    while the gate cumsum and the state side run), and the rows' scalars
     const int64_t state = (ci * HV + hv) * D * D + kh * KH * D;
+    for (int i = tid; i < BT * 8; i += WARPS * 32) {  // the raw gate of this half, in the upper half of G's rows
+        const int row = i / 8, p = i % 8;
+        const bool ok = row < nvalid;
+        cp_async16(sG + row * SP + KH / 2 + 4 * p, a.g + ((t0 + (ok ? row : 0)) * HV + hv) * D + kh * KH + 8 * p, ok);
+    }
+    cp_async_commit();
     for (int i = tid; i < KH * 16; i += WARPS * 32) {
         const int row = i / 16, p = i % 16;
         cp_async16(sS + swz(row, p), a.h + state + row * D + 8 * p, true);
         cp_async16(sdS + swz(row, p), a.dh + state + row * D + 8 * p, true);
     }
     cp_async_commit();
-    for (int i = tid; i < BT * 16; i += WARPS * 32) {  // 16-byte pieces: 16 per row of G, dAqk, dL; 8 of q, k
+    for (int i = tid; i < BT * 16; i += WARPS * 32) {  // 16-byte pieces: 16 per row of dAqk, dL; 8 of q, k
         const int row = i / 16, p = i % 16;
         const bool ok = row < nvalid;
         const int64_t tok = t0 + (ok ? row : 0);
-        cp_async16(sG + row * SP + 4 * p, a.Gc + (tok * HV + hv) * D + kh * KH + 4 * p, ok);
         cp_async16(sA + row * SPA + 4 * p, a.dAqk + (tok * HV + hv) * BT + 4 * p, ok);
         cp_async16(sL + row * SPA + 4 * p, a.dL + (tok * HV + hv) * BT + 4 * p, ok);
         if (p < 8) cp_async16(sQ + row * SPB + 8 * p, a.q + (tok * a.H + h) * D + kh * KH + 8 * p, ok);
@@ -208,6 +258,9 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
 
     // 2. state side: dqg = do S^T, X = dvb S^T (negated below), dkg = v_new dS^T
     float dqg[4][4] = {}, xs[4][4] = {}, dkg[4][4] = {};
+    cp_async_wait<2>();
+    __syncthreads();
+    stage_gate_cumsum<GATE>(a, sG, hv, kh, nvalid, warp, lane);  // while S and dS land
     cp_async_wait<1>();
     __syncthreads();
     if (active) {
@@ -605,8 +658,8 @@ extern "C" int kda_intra_bwd(const IntraBwdArgs* args, void* stream, char* err, 
     }
     if (a.NT == 0) return 0;
     const Ptr ptrs[] = {
-        {a.q, "q", 16, true}, {a.k, "k", 16, true}, {a.g, "g", 2, true}, {a.A_log, "A_log", 4, false},
-        {a.dt_bias, "dt_bias", 4, false}, {a.Gc, "Gc", 16, true}, {a.gl, "gl", 8, true},
+        {a.q, "q", 16, true}, {a.k, "k", 16, true}, {a.g, "g", 16, true}, {a.A_log, "A_log", 4, false},
+        {a.dt_bias, "dt_bias", 4, false}, {a.gl, "gl", 8, true},
         {a.rstd_q, "rstd_q", 4, true}, {a.rstd_k, "rstd_k", 4, true}, {a.beta, "beta", 4, true},
         {a.h, "h", 16, true}, {a.dh, "dh", 16, true}, {a.v_new, "v_new", 16, true}, {a.do_, "do", 16, true},
         {a.dvb, "dvb", 16, true}, {a.dAqk, "dAqk", 8, true}, {a.dL, "dL", 8, true},
