@@ -111,7 +111,22 @@ def _speedups(timed: list[dict]) -> str:
     if not body:
         return "No case has timings of both fla and another implementation."
     headers = ["suite", "shape", "flags", "dtype", "mode", "impl", "ms", "fla ms", "speedup"]
-    return markdown_table(headers, body, numeric={6, 7, 8})
+    return markdown_table(headers, body, numeric={6, 7, 8}) + _geomeans(timed)
+
+
+def _geomeans(timed: list[dict]) -> str:
+    """One line per (impl, flags, dtype, mode): the geometric mean of its speedups against fla and the lowest."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for row in timed:
+        if row["impl"] != BASELINE and row.get("speedup_vs_fla"):
+            groups[(row["impl"], row.get("flags"), row.get("dtype"), row.get("mode"))].append(row)
+    lines = []
+    for (impl, flags, dtype, mode), rows in groups.items():
+        geo = math.exp(sum(math.log(r["speedup_vs_fla"]) for r in rows) / len(rows))
+        low = min(rows, key=lambda r: r["speedup_vs_fla"])
+        lines.append(f"- {impl} {mode} {flags} {dtype}: geomean x{geo:.3f} over {len(rows)} shapes, lowest "
+                     f"x{low['speedup_vs_fla']:.3f} ({low.get('suite')} {low.get('shape')})")
+    return "\n\n" + "\n".join(lines) if lines else ""
 
 
 def _timings(timed: list[dict]) -> str:

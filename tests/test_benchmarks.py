@@ -451,6 +451,8 @@ def test_render_markdown_from_jsonl(tmp_path):
     text = report.render_markdown(report.load_rows([path]), ["note"])
     assert "4 timed rows, 1 not timed, 1 cold starts, 1 other rows" in text
     assert "| kimi | B1-T8192-H32-HV32-K128-V128 | kimi | bf16 | fwd | triton | 0.900 | 2.000 | 2.22 |" in text
+    assert ("- triton fwd kimi bf16: geomean x2.108 over 2 shapes, lowest x2.000 (kimi B1-T4096-H32-HV32-K128-V128)"
+            in text)
     assert "NotImplementedError: backward \\| later" in text
     assert "| fla | B1-T4096-H32-HV32-K128-V128 | kimi | bf16 | ok | 120.5 | 100.0 |" in text
     assert "| NVIDIA H100 |" in text and "## Plots\n\nnote" in text
