@@ -207,6 +207,7 @@ def wy_bwd(k, v, Gc: Callable[[], torch.Tensor], rstd_k, beta_act, Akk, h, v_new
     out = WYBwdOut(dv=torch.empty_like(v), dvb=torch.empty(TT, HV, V, **f32), dAqk=torch.empty(TT, HV, BT, **f32),
                    dL=torch.empty(TT, HV, BT, **f32), dbeta=torch.empty(TT, HV, **f32))
     _kda_wy_bwd_kernel[(plan.NT, HV)](
+        # without VIA_STATE the kernel reads no Gc: an fp32 tensor of this call stands in for it
         k, v, Gc() if via_state else out.dAqk, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens,
         plan.chunk_indices,
         H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, VIA_STATE=via_state, PREC=prec,
