@@ -62,7 +62,7 @@ def verify(args: dict) -> tuple[bool, str]:
         return False, "the spanning gate-gradient form is not supported"
     if args["HV"] > 65535:
         return False, f"HV={args['HV']} exceeds the grid limit 65535"
-    for name in ("q", "k", "h", "dh", "do", "v_new"):  # 16-byte loads (the other inputs are the backward's own)
+    for name in ("q", "k", "g", "h", "dh", "do", "v_new"):  # 16-byte loads (the other inputs are the backward's own)
         if args[name].data_ptr() % 16:
             return False, f"{name}'s data pointer is not 16-byte aligned"
     return True, "bf16, K = V = 128, 64-token chunks"

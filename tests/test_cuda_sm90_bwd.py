@@ -51,7 +51,9 @@ def _args(**change):
     (dict(span=True), "spanning gate-gradient form"),
     (dict(HV=70000), "grid limit"),
     (dict(k=torch.zeros(9, dtype=BF16)[1:]), "k's data pointer is not 16-byte aligned"),
-], ids=["fp16", "fp32-state", "fp32-gate", "K64", "V256", "BT32", "vfirst", "span", "HV70000", "k-misaligned"])
+    (dict(g=torch.zeros(9, dtype=BF16)[1:]), "g's data pointer is not 16-byte aligned"),
+], ids=["fp16", "fp32-state", "fp32-gate", "K64", "V256", "BT32", "vfirst", "span", "HV70000", "k-misaligned",
+        "g-misaligned"])
 def test_verifier_declines_with_reason(change, reason):
     assert sm90_bwd.verify(_args())[0]
     ok, why = sm90_bwd.verify(_args(**change))
