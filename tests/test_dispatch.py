@@ -2,7 +2,8 @@
 
 Each test swaps in its own registry holding one fake backend, whose injected capability makes the CPU look like an
 sm90 device; the real default registry is restored afterwards. Shapes are tiny: a Triton fallback runs through the
-interpreter.
+interpreter. The last test registers a fake chunk-local backward (op `kda_intra_bwd`) and counts the backward's gate
+cumsums.
 """
 import logging
 
@@ -153,3 +154,45 @@ def test_default_registry_serves_triton(monkeypatch):
     else:  # fp32 inputs: every compiled backend (cuda_fast's, where it is discovered) declines or none is registered
         assert entry.reason.startswith(("no CUDA backend takes the call", f"no CUDA backend registered for {OP}"))
     backends.clear_backend_report()
+
+
+class FakeBwd:
+    """A chunk-local backward backend (op `kda_intra_bwd`) whose verifier returns `verdict`; its implementation
+    returns zero gradients in the compiled backend's layout (per-v-head dq / dk, one beta partial)."""
+
+    def __init__(self, verdict):
+        self.verdict = verdict
+        self.calls = 0
+
+    def verify(self, args):
+        return self.verdict
+
+    def impl(self, q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL, plan,
+             scale, gate, lower_bound, l2norm):
+        self.calls += 1
+        TT, HV, K = g.shape
+        zeros = torch.zeros(TT, HV, K, device=g.device)
+        return zeros, zeros, torch.zeros_like(g), torch.zeros(1, TT, HV, device=g.device), None, None, False
+
+
+@pytest.mark.parametrize("takes, dtype, cumsums", [(True, torch.float16, 0), (False, torch.float16, 1),
+                                                   (True, torch.float32, 1), (False, torch.float32, 1)],
+                         ids=["backend-fp16", "triton-fp16", "backend-fp32", "triton-fp32"])
+def test_gate_cumsum_only_where_a_triton_kernel_reads_it(takes, dtype, cumsums, monkeypatch):
+    """The backward forms the gate cumsum at most once, and not at all where a compiled chunk-local backward takes
+    the call (it forms its own) and the WY backward does not read it (16-bit inputs)."""
+    from triton_kda import chunk_bwd
+    from triton_kda.intra import BWD_OP
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    backend = FakeBwd((True, "fits") if takes else (False, "declined"))
+    reg = Registry(capability_fn=lambda device: (9, 0))
+    reg.register(Backend(name="fake_bwd", ops={BWD_OP}, capabilities={(9, 0)}, verifiers={BWD_OP: backend.verify},
+                         loader=lambda: backend.impl))
+    monkeypatch.setattr(backends, "default_registry", reg)
+    calls = []
+    original = chunk_bwd.gate_cumsum
+    monkeypatch.setattr(chunk_bwd, "gate_cumsum", lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    d = make_inputs(1, 20, 1, 2, 16, 16, device=DEVICE, dtype=dtype, requires_grad=True)
+    chunk_kda(**d)[0].float().sum().backward()
+    assert backend.calls == int(takes) and len(calls) == cumsums
