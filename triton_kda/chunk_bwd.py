@@ -7,6 +7,7 @@ dbeta/dA_log/ddt_bias by torch.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -47,15 +48,12 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     bp = bwd_precision_of(q.dtype)
     prec = bp.products
     gate = gate_mode(use_gate_in_kernel, lower_bound)
-    cumsum = []
 
+    @functools.cache
     def Gc() -> torch.Tensor:
         """The gate cumsum as the forward computed it (its precision rule), the products at the backward's; computed
         once, and only where a kernel reads it (the compiled chunk-local backward forms its own)."""
-        if not cumsum:
-            cumsum.append(gate_cumsum(g, A_log, dt_bias, plan, BT, gate=gate, lower_bound=lower_bound,
-                                      prec=precision_of(q.dtype)))
-        return cumsum[0]
+        return gate_cumsum(g, A_log, dt_bias, plan, BT, gate=gate, lower_bound=lower_bound, prec=precision_of(q.dtype))
 
     dh, dv_new, dh0 = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do, dht, plan, BT, V,
                                 want_dh0=want_dh0, state_v_first=state_v_first, prec=prec)

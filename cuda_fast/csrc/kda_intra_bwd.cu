@@ -17,8 +17,9 @@
 //                  triton_kda.gate's `_kda_gate_bwd_kernel` does (dg, and the dA_log / ddt_bias partials).
 // Shared memory holds the chunk's S and dS rows of this half (the state side's B operands) and its G, q, k, dAqk, dL
 // and row scalars (the intra sums' operands; all but G staged while the state side runs); do, v_new and dvb rows
-// come straight from global memory into the A fragments. The reduction index of every product is permuted so that each lane reads
-// 8 consecutive elements (16 or 32 bytes) at once: A and B use the same permutation, which leaves the sums unchanged.
+// come straight from global memory into the A fragments. The reduction index of every product is permuted so that
+// each lane reads 8 consecutive elements (16 or 32 bytes) at once: A and B use the same permutation, which leaves the
+// sums unchanged.
 // 128 registers and 104 KiB of shared memory: two CTAs (16 warps) per SM.
 #include "common.cuh"
 
@@ -75,6 +76,20 @@ __device__ __forceinline__ int swz(int row, int piece) { return row * D + 8 * (p
 // E and F ([64, 64] fp32, in the space of S and dS once those are read): columns XOR-swizzled by 8 (row & 3), so a
 // half warp's float2 stores (four rows, four lanes each) and the column scans' row reads hit distinct banks
 __device__ __forceinline__ int swe(int row, int col) { return row * KH + (col ^ ((row & 3) << 3)); }
+
+// y(x, a), the gate activation (triton_kda.gate's `kda_gate_act`) at the biased input x with a = exp(A_log): the exact
+// exp, log and division, as the gate cumsum needs (softplus in the log1p form of triton_kda.gate._softplus)
+template <int GATE>
+__device__ __forceinline__ float gate_act(float x, float a, float lower_bound) {
+    if constexpr (GATE == 1) {  // -a softplus(x)
+        const float e = expf(fminf(x, 20.0f)), u = 1.0f + e;
+        return -a * (x > 20.0f ? x : (u == 1.0f ? e : logf(u) * (e / (u - 1.0f))));
+    } else if constexpr (GATE == 2) {  // lower_bound sigmoid(a x)
+        return lower_bound / (1.0f + expf(-a * x));
+    } else {
+        return x;
+    }
+}
 
 // (dx, da) = dgate (dy/dx, dy/da) of the gate activation y(x, a) (triton_kda.gate's GATE forms) at the biased input
 // x, with a = exp(A_log); approximate exp and division (2 ulp), the exact log (the log1p form needs it near u = 1)
@@ -141,10 +156,10 @@ __device__ __forceinline__ void st_cluster(float* p, uint32_t rank, float v) {
 
 // the gate cumsum G of this CTA's half of K ([64, SP] fp32 in sG, log2 units, zero past the sequence end) from the
 // raw gate staged in the upper half of sG's rows: G_i = log2(e) sum_{j <= i} gate_j, gate_j = g_j (GATE 0) or the
-// activation of g_j + dt_bias as triton_kda.gate's `kda_gate_act` (exact exp, log and division). Thread (c, s) of
-// warp w takes column c' = 8 w + c (c = lane & 7), rows [16 s, 16 s + 16) (s = lane >> 3), and sums them in order
-// from its segment's offset (the earlier segments' totals, by shuffles): G_i - G_j of nearby tokens is right to an
-// ulp or two of |G| (a tree-shaped scan, as tl.cumsum's, gives nearby prefix sums independent errors of several).
+// activation `gate_act` of g_j + dt_bias. Thread (c, s) of warp w takes column c' = 8 w + c (c = lane & 7), rows
+// [16 s, 16 s + 16) (s = lane >> 3), and sums them in order from its segment's offset (the earlier segments' totals,
+// by shuffles): G_i - G_j of nearby tokens is right to an ulp or two of |G| (a tree-shaped scan, as tl.cumsum's,
+// gives nearby prefix sums independent errors of several).
 // Every thread of the CTA calls it (a barrier inside: all raw values are read before G overwrites them); the
 // caller's next barrier publishes G.
 template <int GATE>
@@ -153,19 +168,16 @@ __device__ __forceinline__ void stage_gate_cumsum(const IntraBwdArgs& a, float* 
     const int c = 8 * warp + (lane & 7), s = lane >> 3;
     float y[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) y[i] = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(sG + (16 * s + i) * SP + KH / 2)[c]);
+    for (int i = 0; i < 16; ++i) {
+        y[i] = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(sG + (16 * s + i) * SP + KH / 2)[c]);
+    }
     __syncthreads();
     const float dtb = GATE > 0 && a.dt_bias != nullptr ? a.dt_bias[hv * D + kh * KH + c] : 0.0f;
     const float ea = GATE > 0 && a.A_log != nullptr ? expf(a.A_log[hv]) : 1.0f;
     float total = 0.0f;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-        if constexpr (GATE == 1) {  // -a softplus(x), softplus as triton_kda.gate._softplus
-            const float x = y[i] + dtb, e = expf(fminf(x, 20.0f)), u = 1.0f + e;
-            y[i] = -ea * (x > 20.0f ? x : (u == 1.0f ? e : logf(u) * (e / (u - 1.0f))));
-        } else if constexpr (GATE == 2) {  // lower_bound sigmoid(a x)
-            y[i] = a.lower_bound / (1.0f + expf(-ea * (y[i] + dtb)));
-        }
+        if constexpr (GATE > 0) y[i] = gate_act<GATE>(y[i] + dtb, ea, a.lower_bound);
         if (16 * s + i >= nvalid) y[i] = 0.0f;
         total += y[i];
     }
