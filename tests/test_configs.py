@@ -1,5 +1,6 @@
 """The launch table (`triton_kda/configs.py`): tile widths every GPU entry picks, and TRITON_KDA_AUTOTUNE's choice."""
 import pytest
+import torch
 
 from triton_kda import configs
 from triton_kda.check.portability import SMEM_LIMITS
@@ -29,7 +30,8 @@ def test_gpu_tiles_are_at_least_32_wide(arch):
         entries += [("intra_bwd", c) for c in [intra_bwd_config(arch, K, V), *intra_bwd_candidates(arch, K, V)]]
         for i, (name, c) in enumerate(entries):
             tiles.update({f"{name}[{i}] BK": c.BK, f"{name}[{i}] BV": c.BV})
-        for i, c in enumerate([state_config(arch, K, V, 2), *state_candidates(arch, K, V, 2)]):
+        for i, c in enumerate([state_config(arch, K, V, 2), state_config(arch, K, V, 2, True),
+                               *state_candidates(arch, K, V, 2)]):
             tiles[f"state[{i}] BV"] = c.BV
         narrow = {n: t for n, t in tiles.items() if t < 32}
         assert not narrow, f"sm_{arch} K={K} V={V}: tiles narrower than 32: {narrow}"
@@ -45,6 +47,19 @@ def test_autotune_candidates_stay_inside_what_was_validated(arch):
             base = state_config(arch, K, V, es)
             for c in state_candidates(arch, K, V, es):
                 assert c.num_stages <= base.num_stages and c.BV <= base.BV
+
+
+def test_state_blocks_halved_where_programs_leave_sms_idle(monkeypatch):
+    """A state launch takes 32-wide V blocks where 64-wide ones would fill at most half the SMs (132, as an H100)."""
+    monkeypatch.setattr(configs, "sm_count", lambda device: 132)
+    cpu = torch.device("cpu")
+    assert configs.state_narrow(16, 128, cpu)        # B1 H16: 32 programs
+    assert configs.state_narrow(33, 128, cpu)        # B1 H32: 66 programs
+    assert not configs.state_narrow(34, 128, cpu)    # 68 programs
+    assert not configs.state_narrow(64, 128, cpu)    # B2 H32: 128 programs
+    assert (state_config(90, 128, 128, 2).BV, state_config(90, 128, 128, 2, True).BV) == (64, 32)
+    for K, V, es in ((256, 256, 2), (128, 128, 4)):  # already 32 wide
+        assert state_config(90, K, V, es, True) == state_config(90, K, V, es)
 
 
 def _enable(monkeypatch, value="1"):

@@ -12,8 +12,8 @@ import torch
 from reference.kda import kda_recurrent
 from tests.test_chunk_bwd import LEAVES, _cotangents, _inputs, _oracle_grads
 from tests.utils import DEVICE, assert_close, case_id
-from triton_kda import chunk_kda
-from triton_kda.state_cp import ENV_MODE, ENV_PIECE_CHUNKS, _piece_chunks, _piece_plan, plan_pieces
+from triton_kda import chunk_kda, configs, state_cp
+from triton_kda.state_cp import ENV_MODE, ENV_PIECE_CHUNKS, _piece_chunks, _piece_plan, piece_chunks, plan_pieces
 
 CP_VS_SERIAL = 1e-6
 VS_ORACLE = 1e-5
@@ -115,7 +115,7 @@ SLOTS = 264
 
 
 def _length(lens, BT, HV, mode="auto", forced=0):
-    return _piece_chunks(tuple((n + BT - 1) // BT for n in lens), HV, 2, 2, 2, SLOTS, mode, forced)
+    return _piece_chunks(tuple((n + BT - 1) // BT for n in lens), HV, 2, 2, 2, 2, SLOTS, mode, forced)
 
 
 def test_planner_splits_long_few_head_sequences():
@@ -131,6 +131,18 @@ def test_planner_leaves_full_gpu_shapes_serial():
     # 64 serial programs (H32) on 132 SMs: CP measured slower on an H200 at T8192 and T32768
     assert _length([8192], 64, 32) == 0 and _length([32768], 64, 32) == 0
     assert _length([32768], 64, 32, mode="1") > 0  # forcing still splits
+
+
+def test_planner_against_the_narrow_serial_blocks(monkeypatch):
+    """On 132 SMs (an H100 or H200) the serial kernel at B1 H16 takes 32-wide V blocks (64 programs, measured faster
+    than the split at T8192, docs/benchmarks/runs/2026-11-26_state_blocks), so the planner leaves it whole; at B1 H8
+    it still splits, into the pieces the 64-wide blocks' model picks."""
+    monkeypatch.setattr(state_cp, "arch_of", lambda device: 90)
+    monkeypatch.setattr(state_cp, "sm_count", lambda device: 132)
+    monkeypatch.setattr(configs, "sm_count", lambda device: 132)
+    gpu = torch.device("cuda")
+    assert piece_chunks((8192,), 64, 16, 128, 128, 2, gpu) == 0
+    assert piece_chunks((32768,), 64, 8, 128, 128, 2, gpu) == _piece_chunks((512,), 8, 4, 2, 2, 2, 264, "auto", 0) > 0
 
 
 def test_planner_varlen_splits_only_the_long_sequence():

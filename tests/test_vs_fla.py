@@ -3,6 +3,8 @@
 - Kimi Linear's flags in bf16 (l2norm, gate in kernel with A_log and dt_bias, safe_gate, lower_bound -5, beta
   sigmoid, fp32 initial state, final-state gradient): every output and gradient's error is at most fla's, pooled
   over several seeds (dA_log has only HV elements per seed, one seed is too noisy to rank two kernels).
+- Pre-gated flags in bf16 (g given as logsigmoid log decays, beta in (0, 1), l2norm): every output and gradient's
+  error at most fla's, pooled over the seeds.
 - fla's own masked varlen test in fp16 (90% of the raw gates -1000, A_log = log U(1, 16), dt_bias ~ randn): the
   gate parameters' gradients within 5e-3, and every output and gradient's error at most fla's, pooled over the
   seeds (H100, 2026-11-24, commit 64c58f2: o 4.8e-4 vs fla 5.3e-4, the closest dh0 2.51e-4 vs 2.62e-4 and ht
@@ -100,6 +102,21 @@ def kimi_bf16(seed: int) -> dict:
 def test_kimi_flags_bf16_no_worse_than_fla():
     fla = _fla()
     ours, theirs = _compare([kimi_bf16(s) for s in SEEDS], fla)
+    worse = [n for n in ours if ours[n] > theirs[n]]
+    assert not worse, f"ours worse than fla on {worse} (pooled rel RMSE over {len(SEEDS)} seeds, ours / fla): " \
+                      + _report(ours, theirs)
+
+
+def pregated_bf16(seed: int) -> dict:
+    """Pre-gated flags in bf16: g = logsigmoid(randn) given as the log decay, beta in (0, 1), l2norm in kernel,
+    B1 T512 H4 K=V=128, fp32 initial state, final-state output."""
+    return make_inputs(1, 512, 4, 4, 128, 128, dtype=torch.bfloat16, gate="logsigmoid", use_qk_l2norm_in_kernel=True,
+                       initial_state=True, output_final_state=True, seed=seed)
+
+
+def test_pregated_bf16_no_worse_than_fla():
+    fla = _fla()
+    ours, theirs = _compare([pregated_bf16(s) for s in SEEDS], fla)
     worse = [n for n in ours if ours[n] > theirs[n]]
     assert not worse, f"ours worse than fla on {worse} (pooled rel RMSE over {len(SEEDS)} seeds, ours / fla): " \
                       + _report(ours, theirs)

@@ -208,13 +208,14 @@ def gate_bwd_config(arch: int, K: int) -> GateBwdConfig:
 
 
 @functools.cache
-def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
-    """elem_size: bytes per element of the stored intermediates (2 for bf16/fp16, 4 for fp32)."""
+def state_config(arch: int, K: int, V: int, elem_size: int, narrow: bool = False) -> StateConfig:
+    """elem_size: bytes per element of the stored intermediates (2 for bf16/fp16, 4 for fp32); narrow: the launch
+    has too few rows to fill the GPU with 64-wide V blocks (`state_narrow`), so they are halved."""
     BK = _kpad(K, arch)
     if arch == 0:
         return StateConfig(BV=min(32, _kpad(V, arch)), num_warps=4, num_stages=1)
     if elem_size == 2:
-        BV = 64 if BK <= 128 else 32
+        BV = 64 if BK <= 128 and not narrow else 32
     else:
         BV = 32 if BK <= 128 else 16
     # double-buffer the chunk loads only for rows of <= 256 bytes: triton 3.6 pipelines the chunk loop deeper than
@@ -222,6 +223,14 @@ def state_config(arch: int, K: int, V: int, elem_size: int) -> StateConfig:
     # H100 bf16 K128 (docs/benchmarks/NOTES.md): 3 stages 0.35 ms, 2 stages 0.43 ms
     stages = 3 if elem_size == 2 and BK <= 128 else 2 if elem_size * BK <= 256 else 1
     return StateConfig(BV=min(BV, _kpad(V, arch)), num_warps=4, num_stages=stages)
+
+
+def state_narrow(rows: int, V: int, device: torch.device) -> bool:
+    """Whether a state launch over `rows` (sequences or CP pieces, times v-heads) takes 32-wide V blocks: with 64-wide
+    ones its rows x V / 64 programs would fill at most half the SMs of `device`, and each program's chunk loop is
+    latency-bound. H200 (132 SMs), bf16 fwd+bwd, 32- against 64-wide (docs/benchmarks/runs/2026-11-26_state_blocks):
+    x0.82 at B1 T8192 H16 (32 programs), x0.94-0.96 at B1 H32 (64), x1.08 slower at B2 H32 (128)."""
+    return 2 * rows * cdiv(V, 64) <= sm_count(device)
 
 
 def state_candidates(arch: int, K: int, V: int, elem_size: int) -> list[StateConfig]:

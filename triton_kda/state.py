@@ -12,7 +12,17 @@ import triton
 import triton.language as tl
 
 from triton_kda._jit import _dot, _dot_exact, _finite_or_zero, _op, _state_offsets, _tf32_operand
-from triton_kda.configs import _kpad, arch_of, cdiv, pow2_ceil, precision_of, state_candidates, state_config, tuned
+from triton_kda.configs import (
+    _kpad,
+    arch_of,
+    cdiv,
+    pow2_ceil,
+    precision_of,
+    state_candidates,
+    state_config,
+    state_narrow,
+    tuned,
+)
 from triton_kda.state_cp import cp_end_gradients, cp_initial_states, plan_pieces
 from triton_kda.wy import IntraOut
 
@@ -126,8 +136,9 @@ def state_fwd(intra: IntraOut, initial_state, plan, BT: int, V: int, *, output_f
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 
-    key = ("state_fwd", arch, dt, K, V, BT, HV, pow2_ceil(runs.N), store_o, store_h, store_v_new)
-    launch(tuned(key, state_config(arch, K, V, es), state_candidates(arch, K, V, es), launch))
+    narrow = state_narrow(runs.N * HV, V, dev)
+    key = ("state_fwd", arch, dt, K, V, BT, HV, pow2_ceil(runs.N), narrow, store_o, store_h, store_v_new)
+    launch(tuned(key, state_config(arch, K, V, es, narrow), state_candidates(arch, K, V, es), launch))
     if pieces is not None and ht is not None:
         ht = ht[pieces.last]
     return StateOut(o if store_o else None, ht, h, v_new)
@@ -192,7 +203,6 @@ def state_bwd(qg, kg, w, Aqk, gl, do, dht, plan, BT: int, V: int, *, want_dh0: b
     TT, HV, K = w.shape
     dev = w.device
     arch = arch_of(dev)
-    cfg = state_config(arch, K, V, w.element_size())
     dh = torch.empty(plan.NT, HV, K, V, device=dev, dtype=grad_state_dtype(w.dtype))
     dv_new = torch.empty(TT, HV, V, device=dev, dtype=torch.float32)
     # intra-card CP: long sequences run as pieces, each from the gradient of its end state (state_cp.py)
@@ -201,6 +211,7 @@ def state_bwd(qg, kg, w, Aqk, gl, do, dht, plan, BT: int, V: int, *, want_dh0: b
     if pieces is not None:
         dht = cp_end_gradients(qg, kg, w, Aqk, gl, do, dht, plan, pieces, BT, state_v_first=state_v_first, prec=prec)
         runs = pieces
+    cfg = state_config(arch, K, V, w.element_size(), state_narrow(runs.N * HV, V, dev))
     shape = (runs.N, HV, V, K) if state_v_first else (runs.N, HV, K, V)
     dh0 = torch.empty(shape, device=dev, dtype=torch.float32) if want_dh0 else None
     _kda_state_bwd_kernel[(cdiv(V, cfg.BV), runs.N, HV)](

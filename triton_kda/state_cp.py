@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from triton_kda._jit import _dot, _finite_or_zero, _op, _state_offsets
-from triton_kda.configs import _kpad, arch_of, capturing, cdiv, cp_config, sm_count, state_config
+from triton_kda.configs import _kpad, arch_of, capturing, cdiv, cp_config, sm_count, state_config, state_narrow
 
 ENV_MODE = "TRITON_KDA_INTRACARD_CP"
 ENV_PIECE_CHUNKS = "TRITON_KDA_INTRACARD_CP_CHUNKS"
@@ -44,8 +44,8 @@ _EXTRA_LAUNCHES = 4.0   # the map and chain launches
 _MIN_GAIN = 1.25        # split only where the model predicts at least this speed-up
 _MAX_FILL = 1 / 6       # ... and where one sequence's serial programs (HV x V blocks) fill at most this share of the
                         # slots: the model ignores bandwidth, and at B1 H32 (64 programs, 132-SM H200) CP lost 9% / 7%
-                        # fwd+bwd at T8192 / T32768 (docs/benchmarks/NOTES.md, 7bc5e02); at B1 H16 (32 programs,
-                        # H100) it gained 1.18x forward, at B1 H8 1.56x
+                        # fwd+bwd at T8192 / T32768 (docs/benchmarks/NOTES.md, 7bc5e02); at B1 H8 it gained 1.56x
+                        # forward. B1 H16 (64 programs of 32-wide V blocks, `configs.state_narrow`) stays serial
 
 
 class PiecePlan(NamedTuple):
@@ -78,15 +78,17 @@ def _cost_cp(nc: torch.Tensor, L: int, HV: int, nvb: int, nkb: int, neb: int, sl
 
 
 @functools.lru_cache(maxsize=256)
-def _piece_chunks(nchunks: tuple, HV: int, nvb: int, nkb: int, neb: int, slots: int, mode: str,
-                  forced: int) -> int:
-    """Piece length in chunks, or 0 for no split. nchunks: chunk count of each sequence; nvb: V blocks of the serial
-    kernel; nkb / neb: column blocks of M / E in the map kernels; slots: SMs x resident programs."""
+def _piece_chunks(nchunks: tuple, HV: int, serial_nvb: int, nvb: int, nkb: int, neb: int, slots: int,
+                  mode: str, forced: int) -> int:
+    """Piece length in chunks, or 0 for no split. nchunks: chunk count of each sequence; serial_nvb: V blocks of the
+    serial kernel over the whole sequences (narrower where they are few, `configs.state_narrow`); nvb: those of the
+    main pass over the pieces; nkb / neb: column blocks of M / E in the map kernels; slots: SMs x resident
+    programs."""
     nc = torch.tensor(nchunks, dtype=torch.int64)
     if mode == "0" or len(nc) == 0 or int(nc.max()) < 2:
         return 0
     longest = int(nc.max())
-    if mode == "auto" and not forced and HV * nvb > slots * _MAX_FILL:
+    if mode == "auto" and not forced and HV * serial_nvb > slots * _MAX_FILL:
         return 0
     if forced:
         lengths = (forced,) if forced < longest else ()
@@ -97,7 +99,7 @@ def _piece_chunks(nchunks: tuple, HV: int, nvb: int, nkb: int, neb: int, slots: 
     best = min(lengths, key=lambda L: _cost_cp(nc, L, HV, nvb, nkb, neb, slots))
     if mode == "1":
         return best
-    gain = _cost_serial(nc, HV * nvb, slots) / _cost_cp(nc, best, HV, nvb, nkb, neb, slots)
+    gain = _cost_serial(nc, HV * serial_nvb, slots) / _cost_cp(nc, best, HV, nvb, nkb, neb, slots)
     return best if gain >= _MIN_GAIN else 0
 
 
@@ -148,8 +150,9 @@ def piece_chunks(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int, 
     arch = arch_of(device)
     BC = cp_config(arch, K, V, elem_size).BC
     nchunks = tuple((n + BT - 1) // BT for n in lens)
-    return _piece_chunks(nchunks, HV, cdiv(V, state_config(arch, K, V, elem_size).BV), cdiv(K, BC),
-                         cdiv(V, BC), sm_count(device) * _PROGRAMS_PER_SM, mode, int(forced_env or 0))
+    serial_BV = state_config(arch, K, V, elem_size, state_narrow(len(lens) * HV, V, device)).BV
+    return _piece_chunks(nchunks, HV, cdiv(V, serial_BV), cdiv(V, state_config(arch, K, V, elem_size).BV),
+                         cdiv(K, BC), cdiv(V, BC), sm_count(device) * _PROGRAMS_PER_SM, mode, int(forced_env or 0))
 
 
 def _device_piece_plan(seqs, lens: tuple, BT: int, L: int) -> PiecePlan:
