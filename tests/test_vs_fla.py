@@ -34,20 +34,25 @@ def _leaves(d: dict) -> dict:
     return {n: d[n].detach().clone().requires_grad_(True) for n in LEAVES if torch.is_tensor(d.get(n))}
 
 
+def _grads(o, ht, leaves: dict, do, dht) -> dict:
+    """o, the final state (where the case outputs it, dht then not None) and every leaf's gradient."""
+    outs, cots = ([o, ht], [do, dht]) if dht is not None else ([o], [do])
+    grads = torch.autograd.grad(outs, list(leaves.values()), [c.to(x.dtype) for c, x in zip(cots, outs, strict=True)])
+    out = {"o": o.detach(), **({"ht": ht.detach()} if dht is not None else {})}
+    return {**out, **{n: g for n, g in zip(leaves, grads, strict=True)}}
+
+
 def _run(fn, d: dict, do, dht) -> dict:
-    """o, the final state and every leaf's gradient of `fn(**d)` for the cotangents (do, dht)."""
     leaves = _leaves(d)
     o, ht = fn(**{**d, **leaves})[:2]
-    grads = torch.autograd.grad([o, ht], list(leaves.values()), [do, dht])
-    return {"o": o.detach(), "ht": ht.detach(), **{n: g for n, g in zip(leaves, grads, strict=True)}}
+    return _grads(o, ht, leaves, do, dht)
 
 
 def _oracle(d: dict, do, dht) -> dict:
     ref = {k: v for k, v in d.items() if k not in ("safe_gate", "cu_seqlens_cpu")}
     leaves = {n: t.double().requires_grad_(True) for n, t in _leaves(d).items()}
     o, ht = kda_recurrent(**{**ref, **leaves})
-    grads = torch.autograd.grad([o, ht], list(leaves.values()), [do.double(), dht.double()])
-    return {"o": o.detach(), "ht": ht.detach(), **{n: g for n, g in zip(leaves, grads, strict=True)}}
+    return _grads(o, ht, leaves, do, dht)
 
 
 def _sq_err(got: dict, ref: dict) -> dict:
@@ -66,9 +71,14 @@ def _add(acc: dict, sq: dict) -> None:
 
 
 def _cotangents(d: dict, seed: int):
+    """do (v's dtype) and, where the case outputs the final state, dht (fp32, the state's shape; else None)."""
     gen = torch.Generator(device=DEVICE).manual_seed(1000 + seed)
     do = torch.randn(d["v"].shape, generator=gen, device=DEVICE).to(d["v"].dtype)
-    return do, torch.randn(d["initial_state"].shape, generator=gen, device=DEVICE)
+    if not d.get("output_final_state"):
+        return do, None
+    cu = d.get("cu_seqlens")
+    N = cu.numel() - 1 if cu is not None else d["v"].shape[0]
+    return do, torch.randn(N, d["v"].shape[2], d["q"].shape[3], d["v"].shape[3], generator=gen, device=DEVICE)
 
 
 def compare(cases, fns: dict) -> dict:
