@@ -48,9 +48,16 @@ def _dot_exact(a, b, acc, PREC: tl.constexpr):
 
 @triton.jit
 def _dot(a, b, acc, PREC: tl.constexpr):
-    """tl.dot(a, b, acc) at input precision PREC ("ieee", "tf32x3", "tf32", or "tf32rn": TF32 on fp32 operands first
-    rounded to the nearest TF32 value by `_rn_tf32`). acc may be None."""
-    return _dot_exact(_tf32_operand(a, PREC), _tf32_operand(b, PREC), acc, PREC)
+    """tl.dot(a, b, acc) at input precision PREC ("ieee", "tf32x3", "tf32", "tf32rn": TF32 on fp32 operands first
+    rounded to the nearest TF32 value by `_rn_tf32`, or "tf32split": a so rounded, fp32 b split into its nearest TF32
+    value and what that leaves, two TF32 products). acc may be None."""
+    if PREC == "tf32split":
+        a_rn, b_hi = _rn_tf32(a), _rn_tf32(b)
+        out = tl.dot(a_rn, b_hi, acc, input_precision="tf32")
+        out = tl.dot(a_rn, _rn_tf32(b - b_hi), out, input_precision="tf32")
+    else:
+        out = _dot_exact(_tf32_operand(a, PREC), _tf32_operand(b, PREC), acc, PREC)
+    return out
 
 
 @triton.jit

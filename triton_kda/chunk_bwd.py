@@ -45,9 +45,9 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     state_v_first); v_new: [TT, HV, V].
     """
     V = v.shape[2]
-    bp = bwd_precision_of(q.dtype)
-    prec = bp.products
     gate = gate_mode(use_gate_in_kernel, lower_bound)
+    bp = bwd_precision_of(q.dtype, gate)
+    prec = bp.products
 
     @functools.cache
     def Gc() -> torch.Tensor:

@@ -343,16 +343,22 @@ class BwdPrecision(NamedTuple):
     gate_span: bool    # the gate gradient's spanning form (`_kda_intra_bwd_span_kernel`), else the E-form
 
 
-def bwd_precision_of(dtype: torch.dtype) -> BwdPrecision:
+def bwd_precision_of(dtype: torch.dtype, gate: int = 0) -> BwdPrecision:
     """fp32 inputs: tf32x3 everywhere. bf16: TF32 (the operands are bf16). fp16: TF32, except the chunk-local
     backward's intra-chunk sums, whose fp32 operands (anchored factors, dAqk, dL) rounded to TF32 cost the gate
     gradients an order of magnitude (H100, fla's masked fp16 varlen case, 2 seeds: ddt_bias 1.0e-2 / 2.0e-2 with TF32
     there, 7.1e-4 / 6.3e-4 with tf32x3 there; tf32x3 in the state-side, state or WY products instead does not
     help). The gate gradient's spanning form for fp32 and fp16 (fp32 kda-check row B1 T40 l2norm + gate in kernel:
     dA_log 2.9e-5 -> 2.5e-6 through the interpreter; H100 B2 T8192 H32 fwd+bwd fp16 x0.98, fp32 x1.01); bf16 keeps
-    the E-form, whose kernel is faster and whose gate error the form does not move (docs/benchmarks/NOTES.md)."""
+    the E-form, whose kernel is faster and whose gate error the form does not move (docs/benchmarks/NOTES.md). bf16's
+    intra-chunk sums split their B operands (the anchored factors times qn, kn) in two TF32 products: the gate
+    gradient's cancelling sums amplify their rounding, not the A side's (dAqk, dL). H100, pre-gated bf16 B1 T256 H16
+    without a state, 8 seeds: dg 4.07e-3 with TF32, 2.92e-3 with tf32x3 there, fla 3.78e-3
+    (docs/benchmarks/runs/2026-11-26_state_blocks); the interpreter, fp16 inputs on this form: dg 2.7e-3 with
+    rounded TF32, 4.4e-4 split, 3.8e-4 in fp32. Not with the lower-bound gate (`gate` 2, Kimi's: its gate gradient
+    is below fla's without, 5.2e-3 vs 7.0e-3), as in the compiled kernel (cuda_fast/csrc/kda_intra_bwd.cu)."""
     if dtype == torch.float32:
         return BwdPrecision("tf32x3", "tf32x3", "tf32x3", True)
     if dtype == torch.float16:
         return BwdPrecision("tf32rn", "tf32x3", "tf32rn", True)
-    return BwdPrecision("tf32", "tf32", "tf32", False)
+    return BwdPrecision("tf32", "tf32" if gate == 2 else "tf32split", "tf32", False)

@@ -49,6 +49,12 @@ __device__ __forceinline__ uint32_t tf32(float x) {
     return y;
 }
 
+// what x's nearest tf32 value `hi` (bits from `tf32`; an mma reads its top 19) leaves, itself as a tf32 operand: the
+// two products sum to x's to about 2^-22 relative (one operand of a product split in two mma)
+__device__ __forceinline__ uint32_t tf32_rest(float x, uint32_t hi) {
+    return tf32(x - __uint_as_float(hi & 0xFFFFE000u));
+}
+
 // c += a (16x8, row) * b (8x8, col), tf32 inputs (from `tf32`), fp32 accumulators
 __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "

@@ -10,7 +10,7 @@
 //     intra sums   Rq_i = sum_j dAqk_ij kn_j 2^(G_i - G_j),  RL_i likewise with dL,
 //                  C_j  = sum_i (dAqk_ij qn_i + dL_ij beta_i kn_i) 2^(G_i - G_j)   (tf32 mma, anchored at the
 //                  block's first row a: 2^(G_i - G_j) = 2^(G_i - G_a) 2^(G_a - G_j); a block whose range exceeds
-//                  RANGE_MAX sums exactly, term by term)
+//                  RANGE_MAX sums exactly, term by term; the B operands as tf32 hi + lo pairs but with gate 2)
 //     epilogue     dq, dk and per-quarter dbeta partials, as in the Triton kernel, and the gate gradient: its row terms
 //                  E and F (the Triton kernel's E-form) meet in shared memory, where each column is scanned,
 //                  dgate_m = sum_{i >= m} E_i + sum_{j < m} F_j, and taken through the gate's activation as
@@ -203,6 +203,11 @@ __device__ __forceinline__ void stage_gate_cumsum(const IntraBwdArgs& a, float* 
 // same bits
 template <int GATE, bool QK_FINAL>
 __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_kernel(const IntraBwdArgs a) {
+    // the intra sums' B operands split in two tf32 products (`tf32_rest`) but with the lower-bound gate: the gate
+    // gradient's cancelling sums amplify their rounding (H100, pre-gated B1 T256 H16 without a state: dg 3.91e-3 ->
+    // 2.92e-3, fla 3.78e-3; the kernel +7%, fwd+bwd +2.4%); Kimi's gate gradient is below fla's without (5.2e-3 vs
+    // 7.0e-3), so that variant keeps its speed. triton_kda.configs.bwd_precision_of chooses likewise
+    constexpr bool SPLIT_B = GATE != 2;
     // the chunk's rows (zero past the sequence end), this CTA's columns of K
     extern __shared__ __align__(16) float smem[];
     float* sG = smem;                                                 // [64, SP] G
@@ -428,11 +433,16 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
 #pragma unroll
                 for (int n = 0; n < 4; ++n) {
                     const int col = c0 + 8 * n + gi;
-                    const uint32_t b0 = tf32(kn(j, col) * fast_exp2(fminf(Ga[n] - sG[j * SP + col], RANGE_MAX)));
-                    const uint32_t b1 =
-                        tf32(kn(j + 1, col) * fast_exp2(fminf(Ga[n] - sG[(j + 1) * SP + col], RANGE_MAX)));
+                    const float x0b = kn(j, col) * fast_exp2(fminf(Ga[n] - sG[j * SP + col], RANGE_MAX));
+                    const float x1b = kn(j + 1, col) * fast_exp2(fminf(Ga[n] - sG[(j + 1) * SP + col], RANGE_MAX));
+                    const uint32_t b0 = tf32(x0b), b1 = tf32(x1b);
                     mma_tf32(rq[n], fa, b0, b1);
                     mma_tf32(rl[n], fl, b0, b1);
+                    if constexpr (SPLIT_B) {
+                        const uint32_t l0 = tf32_rest(x0b, b0), l1 = tf32_rest(x1b, b1);
+                        mma_tf32(rq[n], fa, l0, l1);
+                        mma_tf32(rl[n], fl, l0, l1);
+                    }
                 }
             }
 #pragma unroll
@@ -461,8 +471,15 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
                 const int col = c0 + 8 * n + gi;
                 const float f0 = fast_exp2(fminf(sG[i * SP + col] - Ga[n], RANGE_MAX));
                 const float f1 = fast_exp2(fminf(sG[(i + 1) * SP + col] - Ga[n], RANGE_MAX));
-                mma_tf32(cc[n], fa, tf32(qn(i, col) * f0), tf32(qn(i + 1, col) * f1));
-                mma_tf32(cc[n], fl, tf32(kn(i, col) * sB[i] * f0), tf32(kn(i + 1, col) * sB[i + 1] * f1));
+                const float q0b = qn(i, col) * f0, q1b = qn(i + 1, col) * f1;
+                const float k0b = kn(i, col) * sB[i] * f0, k1b = kn(i + 1, col) * sB[i + 1] * f1;
+                const uint32_t hq0 = tf32(q0b), hq1 = tf32(q1b), hk0 = tf32(k0b), hk1 = tf32(k1b);
+                mma_tf32(cc[n], fa, hq0, hq1);
+                mma_tf32(cc[n], fl, hk0, hk1);
+                if constexpr (SPLIT_B) {
+                    mma_tf32(cc[n], fa, tf32_rest(q0b, hq0), tf32_rest(q1b, hq1));
+                    mma_tf32(cc[n], fl, tf32_rest(k0b, hk0), tf32_rest(k1b, hk1));
+                }
             }
         }
 #pragma unroll

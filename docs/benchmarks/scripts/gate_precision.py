@@ -179,8 +179,8 @@ def variant(name: str):
         elif p in ("tf32bwd", "a32", "s32"):  # fp16's backward products at TF32: all, the intra-chunk, the state-side
             fields = {"tf32bwd": ("products", "intra", "intra_state"), "a32": ("intra",), "s32": ("intra_state",)}[p]
             orig = chunk_bwd.bwd_precision_of
-            setattr_(chunk_bwd, "bwd_precision_of", lambda dt, _o=orig, _f=fields: _o(dt)._replace(
-                **{f: "tf32" for f in _f}) if dt == torch.float16 else _o(dt))
+            setattr_(chunk_bwd, "bwd_precision_of", lambda dt, gate=0, _o=orig, _f=fields: _o(dt, gate)._replace(
+                **{f: "tf32" for f in _f}) if dt == torch.float16 else _o(dt, gate))
         elif p == "h32":
             setattr_(chunk, "grad_state_dtype", lambda dt: torch.float32)
         elif p == "dh32":

@@ -24,7 +24,7 @@ if which == "masked":
 elif which == "eform":
     import triton_kda.chunk_bwd as CB
     from triton_kda.configs import bwd_precision_of
-    CB.bwd_precision_of = lambda dtype: bwd_precision_of(dtype)._replace(gate_span=False)
+    CB.bwd_precision_of = lambda dtype, gate=0: bwd_precision_of(dtype, gate)._replace(gate_span=False)
     cases, tol = t.EFORM, None
 else:
     cases, tol = t.FP32_CASES, t.TOL[torch.float32]

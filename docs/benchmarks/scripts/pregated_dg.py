@@ -39,7 +39,7 @@ def variant(sm90: str, prec: BwdPrecision | None = None):
     backward that follows the forward sees it too."""
     def fn(**kw):
         os.environ["TRITON_KDA_SM90_BWD"] = sm90
-        chunk_bwd.bwd_precision_of = (lambda dtype: prec) if prec is not None else configs.bwd_precision_of
+        chunk_bwd.bwd_precision_of = (lambda dtype, gate=0: prec) if prec is not None else configs.bwd_precision_of
         return chunk_kda(**kw)
     return fn
 
