@@ -109,12 +109,16 @@ def kimi_bf16(seed: int) -> dict:
                             initial_state=True, output_final_state=True, seed=seed), safe_gate=True)
 
 
-def test_kimi_flags_bf16_no_worse_than_fla():
-    fla = _fla()
-    ours, theirs = _compare([kimi_bf16(s) for s in SEEDS], fla)
+def _assert_no_worse_than_fla(case) -> None:
+    """Every output and gradient's error at most fla's, pooled over SEEDS inputs `case(seed)`."""
+    ours, theirs = _compare([case(s) for s in SEEDS], _fla())
     worse = [n for n in ours if ours[n] > theirs[n]]
     assert not worse, f"ours worse than fla on {worse} (pooled rel RMSE over {len(SEEDS)} seeds, ours / fla): " \
                       + _report(ours, theirs)
+
+
+def test_kimi_flags_bf16_no_worse_than_fla():
+    _assert_no_worse_than_fla(kimi_bf16)
 
 
 def pregated_bf16(seed: int) -> dict:
@@ -125,11 +129,7 @@ def pregated_bf16(seed: int) -> dict:
 
 
 def test_pregated_bf16_no_worse_than_fla():
-    fla = _fla()
-    ours, theirs = _compare([pregated_bf16(s) for s in SEEDS], fla)
-    worse = [n for n in ours if ours[n] > theirs[n]]
-    assert not worse, f"ours worse than fla on {worse} (pooled rel RMSE over {len(SEEDS)} seeds, ours / fla): " \
-                      + _report(ours, theirs)
+    _assert_no_worse_than_fla(pregated_bf16)
 
 
 def fp16_masked(seed: int) -> dict:
