@@ -353,8 +353,8 @@ def bwd_precision_of(dtype: torch.dtype, gate: int = 0) -> BwdPrecision:
     the E-form, whose kernel is faster and whose gate error the form does not move (docs/benchmarks/NOTES.md). bf16's
     intra-chunk sums split their B operands (the anchored factors times qn, kn) in two TF32 products: the gate
     gradient's cancelling sums amplify their rounding, not the A side's (dAqk, dL). H100, pre-gated bf16 B1 T256 H16
-    without a state, 8 seeds: dg 4.07e-3 with TF32, 2.92e-3 with tf32x3 there, fla 3.78e-3
-    (docs/benchmarks/runs/2026-11-26_state_blocks); the interpreter, fp16 inputs on this form: dg 2.7e-3 with
+    without a state, 8 seeds: dg 4.07e-3 with TF32, 2.92e-3 split (tf32x3 there: 2.92e-3), fla 3.78e-3
+    (docs/benchmarks/runs/2026-11-26_split_products); the interpreter, fp16 inputs on this form: dg 2.7e-3 with
     rounded TF32, 4.4e-4 split, 3.8e-4 in fp32. Not with the lower-bound gate (`gate` 2, Kimi's: its gate gradient
     is below fla's without, 5.2e-3 vs 7.0e-3), as in the compiled kernel (cuda_fast/csrc/kda_intra_bwd.cu)."""
     if dtype == torch.float32:
