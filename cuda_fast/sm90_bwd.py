@@ -2,12 +2,12 @@
 ``sm90_bwd``, op ``kda_intra_bwd``.
 
 It replaces two Triton kernels of a training step, ``triton_kda.intra._kda_intra_bwd_kernel`` and the gate backward
-after it (``triton_kda.gate._kda_gate_bwd_kernel``): same inputs, same outputs (per quarter of K instead of per K
-slice for the beta partials, per half of K for the dA_log ones), without the fp32 round trip of the gate gradient's
-terms between them. Where H == HV it also does the q/k backward (``triton_kda.qk``'s l2norm backward; a GVA group
-sum is then not needed) and writes the final dq, dk. The rest of the backward stays Triton.
+after it (``triton_kda.gate._kda_gate_bwd_kernel``): same inputs, same outputs (per 32 columns of K instead of per
+K slice for the beta partials, per 64 columns for the dA_log ones), without the fp32 round trip of the gate
+gradient's terms between them. Where H == HV it also does the q/k backward (``triton_kda.qk``'s l2norm backward;
+a GVA group sum is then not needed) and writes the final dq, dk. The rest of the backward stays Triton.
 Scope (the verifier declines everything else, with the reason): bf16 q/k/g with bf16 states, state gradients, do
-and v_new (the bf16 training path), K = V = 128, 64-token chunks, K-first states, the E-form gate gradient.
+and v_new (the bf16 training path), K = V = 128 or 256, 64-token chunks, K-first states, the E-form gate gradient.
 cuda_fast/csrc/kda_intra_bwd.cu has the kernel; the library is built on first use (``cuda_fast.build``), never at
 import, and ``kda_intra_bwd`` validates sizes, alignment and devices before it launches.
 """
@@ -25,9 +25,7 @@ NAME = "sm90_bwd"
 OP = "kda_intra_bwd"
 ENV_SWITCH = "TRITON_KDA_SM90_BWD"
 BT = 64
-D = 128
-QUARTERS = 4  # the kernel's dbeta partials: one per 32 columns of K
-HALVES = 2    # its dA_log partials: one per 64 columns of K
+HEAD_DIMS = (128, 256)  # K = V
 
 
 class IntraBwdArgs(ctypes.Structure):
@@ -52,8 +50,8 @@ def verify(args: dict) -> tuple[bool, str]:
     for name in ("q", "g", "h", "dh", "do", "v_new"):
         if args[name].dtype != torch.bfloat16:
             return False, f"{name} must be bfloat16, got {args[name].dtype}"
-    if args["K"] != D or args["V"] != D:
-        return False, f"needs K = V = {D}, got K={args['K']} V={args['V']}"
+    if args["K"] != args["V"] or args["K"] not in HEAD_DIMS:
+        return False, f"needs K = V = 128 or 256, got K={args['K']} V={args['V']}"
     if args["BT"] != BT:
         return False, f"needs {BT}-token chunks, got chunk_size={args['BT']}"
     if args["state_v_first"]:
@@ -65,7 +63,7 @@ def verify(args: dict) -> tuple[bool, str]:
     for name in ("q", "k", "g", "h", "dh", "do", "v_new"):  # 16-byte loads (the other inputs are the backward's own)
         if args[name].data_ptr() % 16:
             return False, f"{name}'s data pointer is not 16-byte aligned"
-    return True, "bf16, K = V = 128, 64-token chunks"
+    return True, f"bf16, K = V = {args['K']}, 64-token chunks"
 
 
 class IntraBwdGrads(NamedTuple):
@@ -73,8 +71,9 @@ class IntraBwdGrads(NamedTuple):
     dq: torch.Tensor                    # H == HV: [TT, H, K] in q's dtype, w.r.t. q as passed (l2norm backward done);
     dk: torch.Tensor                    #   else [TT, HV, K] fp32 per v-head, w.r.t. the normalised q (k likewise)
     dg: torch.Tensor                    # [TT, HV, K] bf16, w.r.t. g as passed
-    dbeta: torch.Tensor                 # [4, TT, HV] fp32, beta-gradient partials through w and L, per quarter of K
-    dA_log_part: torch.Tensor | None    # [2, NT, HV] fp32 per half of K and chunk (with A_log in the gate)
+    dbeta: torch.Tensor                 # [K / 32, TT, HV] fp32, beta-gradient partials through w and L, per 32
+                                        #   columns of K
+    dA_log_part: torch.Tensor | None    # [K / 64, NT, HV] fp32 per 64 columns of K and chunk (with A_log in the gate)
     ddt_bias_part: torch.Tensor | None  # [NT, HV, K] fp32 per chunk (with dt_bias in the gate)
     qk_final: bool                      # dq, dk are the final gradients (H == HV)
 
@@ -89,8 +88,8 @@ def grads_like(q, g, NT: int, *, has_a_log: bool, has_dt_bias: bool, fill: float
         return x if fill is None else x.fill_(fill)
 
     dqk = (lambda: new(*q.shape, dtype=q.dtype)) if final else (lambda: new(TT, HV, K))
-    return IntraBwdGrads(dqk(), dqk(), new(TT, HV, K, dtype=g.dtype), new(QUARTERS, TT, HV),
-                         new(HALVES, NT, HV) if has_a_log else None, new(NT, HV, K) if has_dt_bias else None, final)
+    return IntraBwdGrads(dqk(), dqk(), new(TT, HV, K, dtype=g.dtype), new(K // 32, TT, HV),
+                         new(K // 64, NT, HV) if has_a_log else None, new(NT, HV, K) if has_dt_bias else None, final)
 
 
 def kda_intra_bwd(q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL, plan,

@@ -44,18 +44,19 @@ def _args(**change):
     (dict(q=torch.empty(0, dtype=torch.float16)), "q must be bfloat16"),
     (dict(h=torch.empty(0)), "h must be bfloat16"),
     (dict(g=torch.empty(0)), "g must be bfloat16"),
-    (dict(K=64), "needs K = V = 128"),
-    (dict(V=256), "needs K = V = 128"),
+    (dict(K=64, V=64), "needs K = V = 128 or 256"),
+    (dict(V=256), "needs K = V = 128 or 256"),
+    (dict(K=192, V=192), "needs K = V = 128 or 256"),
     (dict(BT=32), "needs 64-token chunks"),
     (dict(state_v_first=True), "state_v_first"),
     (dict(span=True), "spanning gate-gradient form"),
     (dict(HV=70000), "grid limit"),
     (dict(k=torch.zeros(9, dtype=BF16)[1:]), "k's data pointer is not 16-byte aligned"),
     (dict(g=torch.zeros(9, dtype=BF16)[1:]), "g's data pointer is not 16-byte aligned"),
-], ids=["fp16", "fp32-state", "fp32-gate", "K64", "V256", "BT32", "vfirst", "span", "HV70000", "k-misaligned",
+], ids=["fp16", "fp32-state", "fp32-gate", "K64", "V256", "K192", "BT32", "vfirst", "span", "HV70000", "k-misaligned",
         "g-misaligned"])
 def test_verifier_declines_with_reason(change, reason):
-    assert sm90_bwd.verify(_args())[0]
+    assert sm90_bwd.verify(_args())[0] and sm90_bwd.verify(_args(K=256, V=256))[0]
     ok, why = sm90_bwd.verify(_args(**change))
     assert not ok and reason in why
 
@@ -84,7 +85,8 @@ def test_entry_point_validation(tmp_path, monkeypatch):
             entry(sm90_bwd.IntraBwdArgs(**{**base, **fields}), 0)
         return str(info.value)
 
-    assert "needs K = V = 128 and BT = 64, got K=64 V=128 BT=64" in call(K=64)
+    assert "needs K = V = 128 or 256 and BT = 64, got K=64 V=128 BT=64" in call(K=64)
+    assert "got K=256 V=128" in call(K=256)
     assert "BT=32" in call(BT=32)
     assert "HV a multiple of H" in call(H=2, HV=3)
     assert "qk_final needs H == HV" in call(H=1, HV=2, qk_final=1)
@@ -98,21 +100,26 @@ def test_entry_point_validation(tmp_path, monkeypatch):
 # ---- sm_90 / sm_100 GPU -------------------------------------------------------------------------------------------
 
 KIMI = dict(use_gate_in_kernel=True, lower_bound=-5.0, use_beta_sigmoid_in_kernel=True, use_qk_l2norm_in_kernel=True)
-# (B, T, H, HV, seqlens, options)
+# (B, T, H, HV, K = V, seqlens, options)
 CASES = [
-    (1, 304, 2, 4, [13, 0, 150, 64, 77], dict(KIMI, initial_state=True, output_final_state=True)),  # GVA varlen
-    (2, 130, 1, 2, None, dict(gate="strong", use_qk_l2norm_in_kernel=True, initial_state=True,
-                              output_final_state=True)),  # a quarter of the channels takes the exact sums
-    (2, 256, 2, 2, None, dict(use_qk_l2norm_in_kernel=True)),  # pre-gated logsigmoid
-    (1, 200, 2, 2, None, dict(use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True)),  # softplus gate
-    (1, 304, 2, 2, [13, 150, 64, 77], dict(KIMI)),  # varlen, H == HV: the q/k backward in the kernel
+    (1, 304, 2, 4, 128, [13, 0, 150, 64, 77], dict(KIMI, initial_state=True, output_final_state=True)),  # GVA varlen
+    (2, 130, 1, 2, 128, None, dict(gate="strong", use_qk_l2norm_in_kernel=True, initial_state=True,
+                                   output_final_state=True)),  # a quarter of the channels takes the exact sums
+    (2, 256, 2, 2, 128, None, dict(use_qk_l2norm_in_kernel=True)),  # pre-gated logsigmoid
+    (1, 200, 2, 2, 128, None, dict(use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True)),  # softplus gate
+    (1, 304, 2, 2, 128, [13, 150, 64, 77], dict(KIMI)),  # varlen, H == HV: the q/k backward in the kernel
+    # K = V = 256: four 64-column parts of K per chunk (clusters of four where H == HV)
+    (1, 304, 2, 2, 256, [13, 150, 64, 77], dict(KIMI, initial_state=True, output_final_state=True)),
+    (1, 200, 1, 2, 256, None, dict(gate="strong", use_qk_l2norm_in_kernel=True)),  # GVA, exact sums
+    (2, 130, 2, 2, 256, None, dict(use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True)),  # softplus gate
 ]
-TAGS = ["kimi-gva-varlen-h0", "strong-exact-h0", "pregated", "softplus", "kimi-varlen"]
-CASE_IDS = [case_id(B=c[0], T=c[1], H=c[2], HV=c[3]) + f"-{tag}" for c, tag in zip(CASES, TAGS, strict=True)]
+TAGS = ["kimi-gva-varlen-h0", "strong-exact-h0", "pregated", "softplus", "kimi-varlen", "kimi-varlen-h0",
+        "strong-exact-gva", "softplus"]
+CASE_IDS = [case_id(B=c[0], T=c[1], H=c[2], HV=c[3], K=c[4]) + f"-{tag}" for c, tag in zip(CASES, TAGS, strict=True)]
 def _inputs(case, seed=0):
     """bf16 inputs of a case (every tensor a leaf that requires grad) and test_chunk_bwd's cotangents."""
-    B, T, H, HV, seqlens, opts = case
-    d = make_inputs(B, T, H, HV, 128, 128, dtype=BF16, device="cuda", seqlens=seqlens, seed=seed, **opts)
+    B, T, H, HV, K, seqlens, opts = case
+    d = make_inputs(B, T, H, HV, K, K, dtype=BF16, device="cuda", seqlens=seqlens, seed=seed, **opts)
     for name in LEAVES:
         if name in d:
             d[name].requires_grad_(True)
@@ -286,7 +293,7 @@ def test_training_grads_match_oracle_and_triton(case, monkeypatch):
 
 @pytest.mark.gpu
 @needs_target
-@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[4]], ids=[CASE_IDS[0], CASE_IDS[1], CASE_IDS[4]])
+@pytest.mark.parametrize("case", [CASES[i] for i in (0, 1, 4, 5)], ids=[CASE_IDS[i] for i in (0, 1, 4, 5)])
 def test_recompute_and_repeat_bit_identical(case, monkeypatch):
     """Recompute and disable_recompute give the same gradients bit for bit, and a rerun repeats them."""
     monkeypatch.delenv("TRITON_KDA_SM90_BWD", raising=False)

@@ -1,26 +1,29 @@
-// KDA chunk-local backward (training) for sm_90a / sm_100a: bf16 q/k and states, K = V = 128, 64-token chunks.
+// KDA chunk-local backward (training) for sm_90a / sm_100a: bf16 q/k and states, K = V = 128 or 256, 64-token
+// chunks.
 // The compiled counterpart of triton_kda.intra's `_kda_intra_bwd_kernel` (its docstring has the full math); the C
 // entry point kda_intra_bwd is loaded through ctypes.
 //
-// kda_intra_bwd_kernel  grid (2 NT, HV), 8 warps: one CTA per chunk, v-head and half of K; warp (r, kq) owns the
-// chunk's rows [16 r, 16 r + 16) and 32 of the half's columns (4 mma n-tiles). With S = h, dS = dh of the chunk,
-// qn = scale rstd_q q, kn = rstd_k k and G the gate cumsum (log2 units; formed here from g while S and dS load: the
-// Triton pipeline's gate-cumsum kernel does not run), per row i and column c:
+// kda_intra_bwd_kernel  grid (NKP NT, HV), 8 warps: one CTA per chunk, v-head and 64-column part of K (NKP = K / 64
+// parts); warp (r, kq) owns the chunk's rows [16 r, 16 r + 16) and 32 of the part's columns (4 mma n-tiles). With
+// S = h, dS = dh of the chunk, qn = scale rstd_q q, kn = rstd_k k and G the gate cumsum (log2 units; formed here from
+// g while S and dS load: the Triton pipeline's gate-cumsum kernel does not run), per row i and column c:
 //     state side   do S^T, X = -dvb S^T, v_new dS^T                  (bf16 mma; dvb as a bf16 hi + lo pair)
 //     intra sums   Rq_i = sum_j dAqk_ij kn_j 2^(G_i - G_j),  RL_i likewise with dL,
 //                  C_j  = sum_i (dAqk_ij qn_i + dL_ij beta_i kn_i) 2^(G_i - G_j)   (tf32 mma, anchored at the
 //                  block's first row a: 2^(G_i - G_j) = 2^(G_i - G_a) 2^(G_a - G_j); a block whose range exceeds
 //                  RANGE_MAX sums exactly, term by term; the B operands as tf32 hi + lo pairs but with gate 2)
-//     epilogue     dq, dk and per-quarter dbeta partials, as in the Triton kernel, and the gate gradient: its row terms
-//                  E and F (the Triton kernel's E-form) meet in shared memory, where each column is scanned,
+//     epilogue     dq, dk and dbeta partials per 32 columns of K, as in the Triton kernel, and the gate gradient: its
+//                  row terms E and F (the Triton kernel's E-form) meet in shared memory, where each column is scanned,
 //                  dgate_m = sum_{i >= m} E_i + sum_{j < m} F_j, and taken through the gate's activation as
 //                  triton_kda.gate's `_kda_gate_bwd_kernel` does (dg, and the dA_log / ddt_bias partials).
-// Shared memory holds the chunk's S and dS rows of this half (the state side's B operands) and its G, q, k, dAqk, dL
+// Shared memory holds the chunk's S and dS rows of this part, 128 columns at a time (the state side's B operands;
+// K = 256 takes two passes, the second staged in place of the first), and its G, q, k, dAqk, dL
 // and row scalars (the intra sums' operands; all but G staged while the state side runs); do, v_new and dvb rows
 // come straight from global memory into the A fragments. The reduction index of every product is permuted so that
 // each lane reads 8 consecutive elements (16 or 32 bytes) at once: A and B use the same permutation, which leaves the
 // sums unchanged.
-// 128 registers and 104 KiB of shared memory: two CTAs (16 warps) per SM.
+// 128 registers and 104 KiB of shared memory (106 KiB at K = 256, whose S and dS columns are staged in two passes):
+// two CTAs (16 warps) per SM.
 #include "common.cuh"
 
 // the C ABI's argument block (mirrored by cuda_fast.sm90_bwd.IntraBwdArgs)
@@ -46,8 +49,8 @@ struct IntraBwdArgs {
     void* dq;                      // qk_final: [TT, H, K] bf16 w.r.t. q as passed; else [TT, HV, K] fp32 w.r.t. the
     void* dk;                      //   normalised q (k), per v-head
     __nv_bfloat16* dg;             // [TT, HV, K] w.r.t. g
-    float* dbeta;                  // [4, TT, HV] beta-gradient partials per quarter of K (through w and L)
-    float* dA_log_part;            // [2, NT, HV] per half of K and chunk, or null (exactly when A_log is)
+    float* dbeta;                  // [K / 32, TT, HV] beta-gradient partials per 32 columns of K (through w and L)
+    float* dA_log_part;            // [K / 64, NT, HV] per 64 columns of K and chunk, or null (exactly when A_log is)
     float* ddt_bias_part;          // [NT, HV, K] per chunk, or null (exactly when dt_bias is)
     int64_t TT, NT, H, HV, K, V, BT;
     float scale;
@@ -59,19 +62,23 @@ struct IntraBwdArgs {
 
 namespace {
 
-constexpr int D = 128;             // K = V
 constexpr int BT = 64;             // chunk size
-constexpr int KH = 64;             // columns per CTA (half of K)
+constexpr int KH = 64;             // columns per CTA (a part of K)
 constexpr int SP = 68;             // row strides (elements) of the staged tiles, chosen for conflict-free
 constexpr int SPB = 72;            //   fragment reads: G fp32 [64, SP], q and k bf16 [64, SPB],
 constexpr int SPA = 72;            //   dAqk and dL fp32 [64, SPA]
 constexpr int WARPS = 8;
 constexpr float RANGE_MAX = 110.0f;  // as triton_kda.intra: 2^110 |k| stays far inside the fp32 range
-constexpr int SMEM_BYTES = (BT * SP + 2 * BT * SPA + 3 * BT + 8 * BT) * 4 + 2 * BT * SPB * 2 + 2 * KH * D * 2;
+// D = K = V; the NKP = D / KH CTAs of a chunk and v-head each hold row dots of every part (sDot) and VS columns of
+// their S and dS rows
+constexpr int VS = 128;            // columns of S and dS staged at once (D / VS passes of the state side)
+constexpr int smem_bytes(int D) {
+    return (BT * SP + 2 * BT * SPA + 3 * BT + 4 * (D / KH) * BT) * 4 + 2 * BT * SPB * 2 + 2 * KH * VS * 2;
+}
 
-// S and dS rows in shared memory ([64, 128] bf16, no padding): the 16-byte pieces of odd rows are XOR-swizzled by 4,
+// S and dS rows in shared memory ([64, VS] bf16, no padding): the 16-byte pieces of odd rows are XOR-swizzled by 4,
 // so the 8 lanes of a quarter warp (rows 2m, 2m + 1, four pieces each) hit 32 distinct banks
-__device__ __forceinline__ int swz(int row, int piece) { return row * D + 8 * (piece ^ ((row & 1) << 2)); }
+__device__ __forceinline__ int swz(int row, int piece) { return row * VS + 8 * (piece ^ ((row & 1) << 2)); }
 
 // E and F ([64, 64] fp32, in the space of S and dS once those are read): columns XOR-swizzled by 8 (row & 3), so a
 // half warp's float2 stores (four rows, four lanes each) and the column scans' row reads hit distinct banks
@@ -136,7 +143,7 @@ __device__ __forceinline__ void split_bf16(const float4 x0, const float4 x1, uin
     }
 }
 
-// the two CTAs of a chunk and v-head (its halves of K) as one cluster: rank = kh
+// the NKP CTAs of a chunk and v-head (its parts of K) as one cluster: rank = kh
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
@@ -154,7 +161,7 @@ __device__ __forceinline__ void st_cluster(float* p, uint32_t rank, float v) {
     asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
 }
 
-// the gate cumsum G of this CTA's half of K ([64, SP] fp32 in sG, log2 units, zero past the sequence end) from the
+// the gate cumsum G of this CTA's part of K ([64, SP] fp32 in sG, log2 units, zero past the sequence end) from the
 // raw gate staged in the upper half of sG's rows: G_i = log2(e) sum_{j <= i} gate_j, gate_j = g_j (GATE 0) or the
 // activation `gate_act` of g_j + dt_bias. Thread (c, s) of warp w takes column c' = 8 w + c (c = lane & 7), rows
 // [16 s, 16 s + 16) (s = lane >> 3), and sums them in order from its segment's offset (the earlier segments' totals,
@@ -162,7 +169,7 @@ __device__ __forceinline__ void st_cluster(float* p, uint32_t rank, float v) {
 // gives nearby prefix sums independent errors of several).
 // Every thread of the CTA calls it (a barrier inside: all raw values are read before G overwrites them); the
 // caller's next barrier publishes G.
-template <int GATE>
+template <int D, int GATE>
 __device__ __forceinline__ void stage_gate_cumsum(const IntraBwdArgs& a, float* sG, int64_t hv, int64_t kh,
                                                   int nvalid, int warp, int lane) {
     const int c = 8 * warp + (lane & 7), s = lane >> 3;
@@ -196,18 +203,31 @@ __device__ __forceinline__ void stage_gate_cumsum(const IntraBwdArgs& a, float* 
     }
 }
 
-// QK_FINAL (H == HV, launched as clusters of the two K halves): the l2norm backward of q and k in the epilogue,
+// columns [VS pass, VS pass + VS) of this part's S and dS rows (cp.async, the caller commits)
+template <int D>
+__device__ __forceinline__ void stage_state(const IntraBwdArgs& a, __nv_bfloat16* sS, __nv_bfloat16* sdS,
+                                            int64_t state, int pass, int tid) {
+    for (int i = tid; i < KH * (VS / 8); i += WARPS * 32) {
+        const int row = i / (VS / 8), p = i % (VS / 8);
+        const int64_t src = state + row * D + pass * VS + 8 * p;
+        cp_async16(sS + swz(row, p), a.h + src, true);
+        cp_async16(sdS + swz(row, p), a.dh + src, true);
+    }
+}
+
+// QK_FINAL (H == HV, launched as clusters of the NKP parts of K): the l2norm backward of q and k in the epilogue,
 //     dq = r (d - xh (xh . d)),  xh = r q,  d = the gradient w.r.t. xh  (r = rstd_q; k likewise)
-// with each row's dot over both halves: every warp stores its part of its rows in sDot of both CTAs of the cluster
-// (slots by rank), and both sum them in the same order (rank 0's quarters, then rank 1's), so the two halves use the
-// same bits
-template <int GATE, bool QK_FINAL>
+// with each row's dot over all parts: every warp stores its share of its rows in sDot of every CTA of the cluster
+// (slots by rank), and all sum them in the same order (rank 0's two warps' shares, then rank 1's, ...), so every
+// part uses the same bits
+template <int D, int GATE, bool QK_FINAL>
 __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_kernel(const IntraBwdArgs a) {
     // the intra sums' B operands split in two tf32 products (`tf32_rest`) but with the lower-bound gate: the gate
     // gradient's cancelling sums amplify their rounding (H100, pre-gated B1 T256 H16 without a state: dg 3.91e-3 ->
     // 2.92e-3, fla 3.78e-3; the kernel +7%, fwd+bwd +2.4%); Kimi's gate gradient is below fla's without (5.2e-3 vs
     // 7.0e-3), so that variant keeps its speed. triton_kda.configs.bwd_precision_of chooses likewise
     constexpr bool SPLIT_B = GATE != 2;
+    constexpr int NKP = D / KH;  // the CTAs of a chunk and v-head
     // the chunk's rows (zero past the sequence end), this CTA's columns of K
     extern __shared__ __align__(16) float smem[];
     float* sG = smem;                                                 // [64, SP] G
@@ -216,16 +236,16 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     float* sRq = sL + BT * SPA;                                       // [64] scale rstd_q
     float* sRk = sRq + BT;                                            // [64] rstd_k
     float* sB = sRk + BT;                                             // [64] beta
-    float* sDot = sB + BT;                                            // [2 (rank), 2 (q, k), 2 (kq), 64] row dots
-    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(sDot + 8 * BT);  // [64, SPB] q
-    __nv_bfloat16* sK = sQ + BT * SPB;                                // [64, SPB] k
-    __nv_bfloat16* sS = sK + BT * SPB;                                // [64, 128] S rows of this half (swz)
-    __nv_bfloat16* sdS = sS + KH * D;                                 // [64, 128] dS rows
+    float* sDot = sB + BT;                                            // [NKP (rank), 2 (q, k), 2 (kq), 64] dots
+    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(sDot + 4 * NKP * BT);  // [64, SPB] q
+    __nv_bfloat16* sK = sQ + BT * SPB;                                          // [64, SPB] k
+    __nv_bfloat16* sS = sK + BT * SPB;                                // [64, VS] S rows of this part (swz)
+    __nv_bfloat16* sdS = sS + KH * VS;                                // [64, VS] dS rows
     auto qn = [&](int i, int c) { return __bfloat162float(sQ[i * SPB + c]) * sRq[i]; };
     auto kn = [&](int i, int c) { return __bfloat162float(sK[i * SPB + c]) * sRk[i]; };
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int gi = lane >> 2, ti = lane & 3;
-    const int64_t ci = blockIdx.x >> 1, kh = blockIdx.x & 1, hv = blockIdx.y;  // the two halves run side by side
+    const int64_t ci = blockIdx.x / NKP, kh = blockIdx.x % NKP, hv = blockIdx.y;  // the parts run side by side
     const int64_t HV = a.HV, h = hv / (HV / a.H);
     const int64_t seq = a.chunk_indices[2 * ci], bos = a.cu_seqlens[seq];
     const int64_t t0 = bos + BT * static_cast<int64_t>(a.chunk_indices[2 * ci + 1]);  // the chunk's first token
@@ -236,17 +256,13 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     // 1. stage the raw gate (first group), S and dS (second), then dAqk, dL, q and k of the chunk (third: they land
     //    while the gate cumsum and the state side run), and the rows' scalars
     const int64_t state = (ci * HV + hv) * D * D + kh * KH * D;
-    for (int i = tid; i < BT * 8; i += WARPS * 32) {  // the raw gate of this half, in the upper half of G's rows
+    for (int i = tid; i < BT * 8; i += WARPS * 32) {  // the raw gate of this part, in the upper half of G's rows
         const int row = i / 8, p = i % 8;
         const bool ok = row < nvalid;
         cp_async16(sG + row * SP + KH / 2 + 4 * p, a.g + ((t0 + (ok ? row : 0)) * HV + hv) * D + kh * KH + 8 * p, ok);
     }
     cp_async_commit();
-    for (int i = tid; i < KH * 16; i += WARPS * 32) {
-        const int row = i / 16, p = i % 16;
-        cp_async16(sS + swz(row, p), a.h + state + row * D + 8 * p, true);
-        cp_async16(sdS + swz(row, p), a.dh + state + row * D + 8 * p, true);
-    }
+    stage_state<D>(a, sS, sdS, state, 0, tid);
     cp_async_commit();
     for (int i = tid; i < BT * 16; i += WARPS * 32) {  // 16-byte pieces: 16 per row of dAqk, dL; 8 of q, k
         const int row = i / 16, p = i % 16;
@@ -271,68 +287,84 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     const int row0 = ra + gi, row1 = ra + gi + 8;
     const bool ok0 = row0 < nvalid, ok1 = row1 < nvalid;
     const bool active = ra < nvalid;           // warp-uniform: blocks past the sequence end write nothing
-    const int c0 = kq * 32;                    // the warp's first column within the CTA's half
+    const int c0 = kq * 32;                    // the warp's first column within the CTA's part
 
-    // 2. state side: dqg = do S^T, X = dvb S^T (negated below), dkg = v_new dS^T
+    // 2. state side: dqg = do S^T, X = dvb S^T (negated below), dkg = v_new dS^T, over the passes of VS columns of V
     float dqg[4][4] = {}, xs[4][4] = {}, dkg[4][4] = {};
     cp_async_wait<2>();
     __syncthreads();
-    stage_gate_cumsum<GATE>(a, sG, hv, kh, nvalid, warp, lane);  // while S and dS land
+    stage_gate_cumsum<D, GATE>(a, sG, hv, kh, nvalid, warp, lane);  // while S and dS land
     cp_async_wait<1>();
     __syncthreads();
-    if (active) {
-        const int64_t p0 = ((t0 + (ok0 ? row0 : 0)) * HV + hv) * D + 8 * ti;
-        const int64_t p1 = ((t0 + (ok1 ? row1 : 0)) * HV + hv) * D + 8 * ti;
+    float sds[4] = {};  // rowsum(S dS) of column c0 + 8 n + gi, for the block that holds the chunk's last row
+    const bool last = active && nvalid - 1 - ra < 16;
+#pragma unroll
+    for (int pass = 0; pass < D / VS; ++pass) {
+        if (pass > 0) {  // the next VS columns of S and dS in place of the last ones
+            __syncthreads();
+            stage_state<D>(a, sS, sdS, state, pass, tid);
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads();
+        }
+        if (active) {
+            const int64_t p0 = ((t0 + (ok0 ? row0 : 0)) * HV + hv) * D + pass * VS + 8 * ti;
+            const int64_t p1 = ((t0 + (ok1 ? row1 : 0)) * HV + hv) * D + pass * VS + 8 * ti;
 #pragma unroll V_UNROLL
-        for (int v0 = 0; v0 < D; v0 += 32) {
-            // lane (gi, ti) holds columns v0 + 8 ti .. + 7: k-step s takes the pairs 4 s + {0, 1} and 4 s + {2, 3}
-            const uint4 fd0 = ld16(a.do_ + p0 + v0, ok0), fd1 = ld16(a.do_ + p1 + v0, ok1);
-            const uint4 fv0 = ld16(a.v_new + p0 + v0, ok0), fv1 = ld16(a.v_new + p1 + v0, ok1);
-            uint32_t hi0[4], lo0[4], hi1[4], lo1[4];
-            split_bf16(ld16f(a.dvb + p0 + v0, ok0), ld16f(a.dvb + p0 + v0 + 4, ok0), hi0, lo0);
-            split_bf16(ld16f(a.dvb + p1 + v0, ok1), ld16f(a.dvb + p1 + v0 + 4, ok1), hi1, lo1);
-            const uint32_t ad[2][4] = {{fd0.x, fd1.x, fd0.y, fd1.y}, {fd0.z, fd1.z, fd0.w, fd1.w}};
-            const uint32_t av[2][4] = {{fv0.x, fv1.x, fv0.y, fv1.y}, {fv0.z, fv1.z, fv0.w, fv1.w}};
-            const uint32_t ah[2][4] = {{hi0[0], hi1[0], hi0[1], hi1[1]}, {hi0[2], hi1[2], hi0[3], hi1[3]}};
-            const uint32_t al[2][4] = {{lo0[0], lo1[0], lo0[1], lo1[1]}, {lo0[2], lo1[2], lo0[3], lo1[3]}};
+            for (int v0 = 0; v0 < VS; v0 += 32) {
+                // lane (gi, ti) holds columns v0 + 8 ti .. + 7: k-step s takes the pairs 4 s + {0, 1} and 4 s + {2, 3}
+                const uint4 fd0 = ld16(a.do_ + p0 + v0, ok0), fd1 = ld16(a.do_ + p1 + v0, ok1);
+                const uint4 fv0 = ld16(a.v_new + p0 + v0, ok0), fv1 = ld16(a.v_new + p1 + v0, ok1);
+                uint32_t hi0[4], lo0[4], hi1[4], lo1[4];
+                split_bf16(ld16f(a.dvb + p0 + v0, ok0), ld16f(a.dvb + p0 + v0 + 4, ok0), hi0, lo0);
+                split_bf16(ld16f(a.dvb + p1 + v0, ok1), ld16f(a.dvb + p1 + v0 + 4, ok1), hi1, lo1);
+                const uint32_t ad[2][4] = {{fd0.x, fd1.x, fd0.y, fd1.y}, {fd0.z, fd1.z, fd0.w, fd1.w}};
+                const uint32_t av[2][4] = {{fv0.x, fv1.x, fv0.y, fv1.y}, {fv0.z, fv1.z, fv0.w, fv1.w}};
+                const uint32_t ah[2][4] = {{hi0[0], hi1[0], hi0[1], hi1[1]}, {hi0[2], hi1[2], hi0[3], hi1[3]}};
+                const uint32_t al[2][4] = {{lo0[0], lo1[0], lo0[1], lo1[1]}, {lo0[2], lo1[2], lo0[3], lo1[3]}};
+#pragma unroll
+                for (int n = 0; n < 4; ++n) {
+                    const int off = swz(c0 + 8 * n + gi, v0 / 8 + ti);
+                    const uint4 s = *reinterpret_cast<const uint4*>(sS + off);
+                    const uint4 ds = *reinterpret_cast<const uint4*>(sdS + off);
+                    mma(dqg[n], ad[0], s.x, s.y);
+                    mma(dqg[n], ad[1], s.z, s.w);
+                    mma(xs[n], ah[0], s.x, s.y);
+                    mma(xs[n], ah[1], s.z, s.w);
+                    mma(xs[n], al[0], s.x, s.y);
+                    mma(xs[n], al[1], s.z, s.w);
+                    mma(dkg[n], av[0], ds.x, ds.y);
+                    mma(dkg[n], av[1], ds.z, ds.w);
+                }
+            }
+        }
+        if (last) {
 #pragma unroll
             for (int n = 0; n < 4; ++n) {
-                const int off = swz(c0 + 8 * n + gi, v0 / 8 + ti);
-                const uint4 s = *reinterpret_cast<const uint4*>(sS + off);
-                const uint4 ds = *reinterpret_cast<const uint4*>(sdS + off);
-                mma(dqg[n], ad[0], s.x, s.y);
-                mma(dqg[n], ad[1], s.z, s.w);
-                mma(xs[n], ah[0], s.x, s.y);
-                mma(xs[n], ah[1], s.z, s.w);
-                mma(xs[n], al[0], s.x, s.y);
-                mma(xs[n], al[1], s.z, s.w);
-                mma(dkg[n], av[0], ds.x, ds.y);
-                mma(dkg[n], av[1], ds.z, ds.w);
+#pragma unroll
+                for (int p = ti; p < VS / 8; p += 4) {
+                    const int off = swz(c0 + 8 * n + gi, p);
+                    const uint4 x4 = *reinterpret_cast<const uint4*>(sS + off);
+                    const uint4 y4 = *reinterpret_cast<const uint4*>(sdS + off);
+                    const uint32_t ux[4] = {x4.x, x4.y, x4.z, x4.w}, uy[4] = {y4.x, y4.y, y4.z, y4.w};
+#pragma unroll
+                    for (int m = 0; m < 4; ++m) {
+                        const float2 x = unpack_bf16(ux[m]), y = unpack_bf16(uy[m]);
+                        sds[n] += x.x * y.x + x.y * y.y;
+                    }
+                }
             }
         }
     }
-    cp_async_wait<0>();
-    __syncthreads();
-    float sds[4] = {};  // rowsum(S dS) of column c0 + 8 n + gi, for the block that holds the chunk's last row
-    if (active && nvalid - 1 - ra < 16) {
+    if (last) {
 #pragma unroll
         for (int n = 0; n < 4; ++n) {
-#pragma unroll
-            for (int p = ti; p < D / 8; p += 4) {
-                const int off = swz(c0 + 8 * n + gi, p);
-                const uint4 x4 = *reinterpret_cast<const uint4*>(sS + off);
-                const uint4 y4 = *reinterpret_cast<const uint4*>(sdS + off);
-                const uint32_t ux[4] = {x4.x, x4.y, x4.z, x4.w}, uy[4] = {y4.x, y4.y, y4.z, y4.w};
-#pragma unroll
-                for (int m = 0; m < 4; ++m) {
-                    const float2 x = unpack_bf16(ux[m]), y = unpack_bf16(uy[m]);
-                    sds[n] += x.x * y.x + x.y * y.y;
-                }
-            }
             sds[n] += __shfl_xor_sync(0xffffffffu, sds[n], 1);
             sds[n] += __shfl_xor_sync(0xffffffffu, sds[n], 2);
         }
     }
+    cp_async_wait<0>();
+    __syncthreads();
     __syncthreads();  // S and dS are read: their space takes E and F
     float* sE = reinterpret_cast<float*>(sS);
     float* sF = reinterpret_cast<float*>(sdS);
@@ -495,8 +527,9 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
         }
     }
 
-    // 5. stores: dq, dk, E (to shared memory) and the dbeta partial of this quarter of K
-    float dotq[2] = {0.0f, 0.0f}, dotk[2] = {0.0f, 0.0f};  // QK_FINAL: rows row0, row1 of xh . d over this quarter
+    // 5. stores: dq, dk, E (to shared memory) and the dbeta partial of this warp's 32 columns of K
+    float dotq[2] = {0.0f, 0.0f}, dotk[2] = {0.0f, 0.0f};  // QK_FINAL: rows row0, row1 of xh . d over the warp's
+                                                           // columns
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
         const int colb = c0 + 8 * n + 2 * ti;
@@ -527,25 +560,27 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
             dotk[hr] += __shfl_xor_sync(0xffffffffu, dotk[hr], 1);
             dotk[hr] += __shfl_xor_sync(0xffffffffu, dotk[hr], 2);
         }
-        cluster_wait();  // the other CTA has started (its shared memory exists)
+        cluster_wait();  // the other CTAs have started (their shared memory exists)
         if (ti == 0) {
             const float part[4] = {dotq[0], dotq[1], dotk[0], dotk[1]};
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 float* p = sDot + ((2 * kh + (j >> 1)) * 2 + kq) * BT + (j & 1 ? row1 : row0);
                 *p = part[j];
-                st_cluster(p, static_cast<uint32_t>(kh ^ 1), part[j]);
+#pragma unroll
+                for (int o = 1; o < NKP; ++o) st_cluster(p, static_cast<uint32_t>((kh + o) % NKP), part[j]);
             }
         }
-        cluster_sync();  // both CTAs' row dots are in place (blocks past the sequence end have left in both)
+        cluster_sync();  // every CTA's row dots are in place (blocks past the sequence end have left in all)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
             const int row = hr == 0 ? row0 : row1;
-            float tot[2];  // (xh . d) of q and of k over all of K: rank 0's quarters, then rank 1's
+            float tot[2] = {0.0f, 0.0f};  // (xh . d) of q and of k over all of K: rank 0's shares, then rank 1's, ...
 #pragma unroll
             for (int t = 0; t < 2; ++t) {
                 const float* p = sDot + 2 * t * BT + row;
-                tot[t] = (p[0] + p[BT]) + (p[4 * BT] + p[5 * BT]);
+#pragma unroll
+                for (int rk = 0; rk < NKP; ++rk) tot[t] += p[4 * BT * rk] + p[4 * BT * rk + BT];
             }
             if (row >= nvalid) continue;
             const float rq = a.l2norm ? sRq[row] / a.scale : 1.0f, rk = a.l2norm ? sRk[row] : 1.0f;
@@ -572,11 +607,11 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
         db[hr] += __shfl_xor_sync(0xffffffffu, db[hr], 1);
         db[hr] += __shfl_xor_sync(0xffffffffu, db[hr], 2);
     }
-    const int64_t quarter = kh * 2 + kq;
-    if (ti == 0 && ok0) a.dbeta[(quarter * a.TT + t0 + row0) * HV + hv] = db[0];
-    if (ti == 0 && ok1) a.dbeta[(quarter * a.TT + t0 + row1) * HV + hv] = db[1];
+    const int64_t slice = kh * 2 + kq;  // the warp's 32 columns of K
+    if (ti == 0 && ok0) a.dbeta[(slice * a.TT + t0 + row0) * HV + hv] = db[0];
+    if (ti == 0 && ok1) a.dbeta[(slice * a.TT + t0 + row1) * HV + hv] = db[1];
 
-    // 6. the gate gradient of this half of K: the warps of row block r take its rows, thread (r, c) column c. Each sum
+    // 6. the gate gradient of this part of K: the warps of row block r take its rows, thread (r, c) column c. Each sum
     //    runs in a fixed order (block totals, then the block's rows), so reruns are bit-identical.
     const int nblk = (nvalid + 15) / 16, nthreads = 64 * nblk;  // the row blocks still here, and their threads
     const int c = lane + 32 * kq, s = r;
@@ -591,7 +626,7 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
     }
     const float ea = a.A_log != nullptr ? expf(a.A_log[hv]) : 1.0f;
     bar_sync(1, nthreads);  // E and F are complete; G, dAqk and dL are no longer read
-    if constexpr (QK_FINAL) {  // dq and dk rows of this half from shared memory, 16 bytes per thread and piece
+    if constexpr (QK_FINAL) {  // dq and dk rows of this part from shared memory, 16 bytes per thread and piece
         for (int i = (kq * nblk + r) * 32 + lane; i < nvalid * 16; i += nthreads) {
             const int row = i >> 4, p = i & 7;
             const int64_t out = ((t0 + row) * a.H + h) * D + kh * KH + 8 * p;
@@ -661,14 +696,14 @@ extern "C" int kda_intra_bwd(const IntraBwdArgs* args, void* stream, char* err, 
     if (args == nullptr) return fail(err, errlen, "kda_intra_bwd: args is null");
     const IntraBwdArgs& a = *args;
     char msg[512];
-    if (a.K != D || a.V != D || a.BT != BT) {
-        snprintf(msg, sizeof msg, "kda_intra_bwd: needs K = V = %d and BT = %d, got K=%lld V=%lld BT=%lld", D, BT,
+    if (a.K != a.V || (a.K != 128 && a.K != 256) || a.BT != BT) {
+        snprintf(msg, sizeof msg, "kda_intra_bwd: needs K = V = 128 or 256 and BT = %d, got K=%lld V=%lld BT=%lld", BT,
                  (long long)a.K, (long long)a.V, (long long)a.BT);
         return fail(err, errlen, msg);
     }
-    if (a.TT < 0 || a.NT < 0 || a.H < 1 || a.HV < a.H || a.HV % a.H != 0 || a.HV > 65535 || a.NT > 0x3fffffffLL) {
+    if (a.TT < 0 || a.NT < 0 || a.H < 1 || a.HV < a.H || a.HV % a.H != 0 || a.HV > 65535 || a.NT > 0x1fffffffLL) {
         snprintf(msg, sizeof msg, "kda_intra_bwd: bad sizes TT=%lld NT=%lld H=%lld HV=%lld (need H >= 1, HV a "
-                 "multiple of H, HV <= 65535, NT < 2^30)", (long long)a.TT, (long long)a.NT, (long long)a.H,
+                 "multiple of H, HV <= 65535, NT < 2^29)", (long long)a.TT, (long long)a.NT, (long long)a.H,
                  (long long)a.HV);
         return fail(err, errlen, msg);
     }
@@ -698,24 +733,30 @@ extern "C" int kda_intra_bwd(const IntraBwdArgs* args, void* stream, char* err, 
         {a.dA_log_part, "dA_log_part", 4, false}, {a.ddt_bias_part, "ddt_bias_part", 4, false},
     };
     if (check_pointers("kda_intra_bwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
-    void (*const kernels[2][3])(IntraBwdArgs) = {
-        {kda_intra_bwd_kernel<0, false>, kda_intra_bwd_kernel<1, false>, kda_intra_bwd_kernel<2, false>},
-        {kda_intra_bwd_kernel<0, true>, kda_intra_bwd_kernel<1, true>, kda_intra_bwd_kernel<2, true>}};
-    void (*kernel)(IntraBwdArgs) = kernels[a.qk_final ? 1 : 0][a.gate];
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-    if (e == cudaSuccess) {  // two CTAs per SM need the largest shared-memory carveout
+    using Kernel = void (*)(IntraBwdArgs);
+    const Kernel kernels[2][2][3] = {  // [K = 128, 256][qk_final][gate]
+        {{kda_intra_bwd_kernel<128, 0, false>, kda_intra_bwd_kernel<128, 1, false>,
+          kda_intra_bwd_kernel<128, 2, false>},
+         {kda_intra_bwd_kernel<128, 0, true>, kda_intra_bwd_kernel<128, 1, true>, kda_intra_bwd_kernel<128, 2, true>}},
+        {{kda_intra_bwd_kernel<256, 0, false>, kda_intra_bwd_kernel<256, 1, false>,
+          kda_intra_bwd_kernel<256, 2, false>},
+         {kda_intra_bwd_kernel<256, 0, true>, kda_intra_bwd_kernel<256, 1, true>, kda_intra_bwd_kernel<256, 2, true>}}};
+    const Kernel kernel = kernels[a.K == 256 ? 1 : 0][a.qk_final ? 1 : 0][a.gate];
+    const int nkp = static_cast<int>(a.K / KH), smem = smem_bytes(static_cast<int>(a.K));
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess) {  // two CTAs per SM (K = 128) need the largest shared-memory carveout
         e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     }
     if (e == cudaSuccess) {
-        cudaLaunchAttribute cluster;  // qk_final: the two halves of K of a chunk and v-head as one cluster
+        cudaLaunchAttribute cluster;  // qk_final: the parts of K of a chunk and v-head as one cluster
         cluster.id = cudaLaunchAttributeClusterDimension;
-        cluster.val.clusterDim.x = 2;
+        cluster.val.clusterDim.x = nkp;
         cluster.val.clusterDim.y = 1;
         cluster.val.clusterDim.z = 1;
         cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(static_cast<unsigned>(2 * a.NT), static_cast<unsigned>(a.HV));
+        cfg.gridDim = dim3(static_cast<unsigned>(nkp * a.NT), static_cast<unsigned>(a.HV));
         cfg.blockDim = dim3(WARPS * 32);
-        cfg.dynamicSmemBytes = SMEM_BYTES;
+        cfg.dynamicSmemBytes = smem;
         cfg.stream = static_cast<cudaStream_t>(stream);
         cfg.attrs = &cluster;
         cfg.numAttrs = a.qk_final ? 1 : 0;

@@ -44,16 +44,17 @@ def step(fn, d, do):
     torch.autograd.backward(o, do)
 
 
-def kernel_times(fn, d, do, steps=10) -> dict:
-    """Mean CUDA time per step (us) of each kernel launched by `steps` fwd+bwd steps."""
+def kernel_times(fn, d, do, steps=10, run_step=step) -> dict:
+    """Mean CUDA time per step (us) of each kernel launched by `steps` fwd+bwd steps (`run_step(fn, d, do)`, by
+    default `step`)."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(3):
-        step(fn, d, do)
+        run_step(fn, d, do)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
-            step(fn, d, do)
+            run_step(fn, d, do)
         torch.cuda.synchronize()
     out = {}
     for e in prof.key_averages():
