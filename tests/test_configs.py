@@ -58,8 +58,12 @@ def test_state_blocks_halved_where_programs_leave_sms_idle(monkeypatch):
     assert not configs.state_narrow(34, 128, cpu)    # 68 programs
     assert not configs.state_narrow(64, 128, cpu)    # B2 H32: 128 programs
     assert (state_config(90, 128, 128, 2).BV, state_config(90, 128, 128, 2, True).BV) == (64, 32)
-    for K, V, es in ((256, 256, 2), (128, 128, 4)):  # already 32 wide
-        assert state_config(90, K, V, es, True) == state_config(90, K, V, es)
+    assert state_config(90, 256, 256, 2, True) == state_config(90, 256, 256, 2)  # already 32 wide
+    # fp32: 32 -> 16 wide, with two pipeline stages where shared memory holds them (sm_90, sm_100)
+    assert state_config(90, 128, 128, 4) == configs.StateConfig(BV=32, num_warps=4, num_stages=1)
+    assert state_config(90, 128, 128, 4, True) == configs.StateConfig(BV=16, num_warps=4, num_stages=2)
+    assert state_config(89, 128, 128, 4, True) == configs.StateConfig(BV=16, num_warps=4, num_stages=1)
+    assert state_config(90, 256, 256, 4, True) == state_config(90, 256, 256, 4)  # already 16 wide
 
 
 def _enable(monkeypatch, value="1"):

@@ -210,26 +210,32 @@ def gate_bwd_config(arch: int, K: int) -> GateBwdConfig:
 @functools.cache
 def state_config(arch: int, K: int, V: int, elem_size: int, narrow: bool = False) -> StateConfig:
     """elem_size: bytes per element of the stored intermediates (2 for bf16/fp16, 4 for fp32); narrow: the launch
-    has too few rows to fill the GPU with 64-wide V blocks (`state_narrow`), so they are halved."""
+    has too few rows to fill the GPU with 64-wide V blocks (`state_narrow`), so they are halved (fp32: 32 -> 16)."""
     BK = _kpad(K, arch)
     if arch == 0:
         return StateConfig(BV=min(32, _kpad(V, arch)), num_warps=4, num_stages=1)
     if elem_size == 2:
         BV = 64 if BK <= 128 and not narrow else 32
     else:
-        BV = 32 if BK <= 128 else 16
+        BV = 16 if BK > 128 or narrow else 32
     # double-buffer the chunk loads only for rows of <= 256 bytes: triton 3.6 pipelines the chunk loop deeper than
     # 3.7 and ran out of shared memory on sm90 at bf16 BK = 256 with two stages (237568 B > 232448 B)
     # H100 bf16 K128 (docs/benchmarks/NOTES.md): 3 stages 0.35 ms, 2 stages 0.43 ms
     stages = 3 if elem_size == 2 and BK <= 128 else 2 if elem_size * BK <= 256 else 1
+    if elem_size == 4 and BK <= 128 and BV == 16 and arch in (90, 100):
+        # fp32 rows of 512 bytes fit two stages in the 227 KiB of sm_90 / sm_100 with 16-wide V blocks. H100, B1
+        # T8192 H16 fp32 fwd+bwd (64 programs at 32 wide; docs/benchmarks/runs/2026-11-26_k256_bwd): 32 wide 8.939
+        # ms, 16 wide 8.149, 16 wide with two stages 7.847; 8 warps 9.215, 16 wide with 2 warps 62.8
+        stages = 2
     return StateConfig(BV=min(BV, _kpad(V, arch)), num_warps=4, num_stages=stages)
 
 
 def state_narrow(rows: int, V: int, device: torch.device) -> bool:
-    """Whether a state launch over `rows` (sequences or CP pieces, times v-heads) takes 32-wide V blocks: with 64-wide
-    ones its rows x V / 64 programs would fill at most half the SMs of `device`, and each program's chunk loop is
-    latency-bound. H200 (132 SMs), bf16 fwd+bwd, 32- against 64-wide (docs/benchmarks/runs/2026-11-26_state_blocks):
-    x0.82 at B1 T8192 H16 (32 programs), x0.94-0.96 at B1 H32 (64), x1.08 slower at B2 H32 (128)."""
+    """Whether a state launch over `rows` (sequences or CP pieces, times v-heads) takes half-wide V blocks (16-bit: 32
+    instead of 64; fp32: 16 instead of 32): with 64-wide ones its rows x V / 64 programs would fill at most half the
+    SMs of `device`, and each program's chunk loop is latency-bound. H200 (132 SMs), bf16 fwd+bwd, 32- against
+    64-wide (docs/benchmarks/runs/2026-11-26_state_blocks): x0.82 at B1 T8192 H16 (32 programs), x0.94-0.96 at B1
+    H32 (64), x1.08 slower at B2 H32 (128)."""
     return 2 * rows * cdiv(V, 64) <= sm_count(device)
 
 

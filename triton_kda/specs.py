@@ -77,24 +77,29 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                           IS_BF16=is_bf16, PREC=prec)
                 specs.append(CompileSpec(f"wy_fwd K{K} V{V} BT{BT} {dname}", _kda_wy_fwd_kernel, sig, ce,
                                          fc.num_warps, fc.num_stages))
-                sc = state_config(arch, K, V, 4 if dname == "fp32" else 2)
-                sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "u", "o", "v_new", "h")}
-                sig.update({n: "*fp32" for n in ("gl", "h0", "ht")})
-                sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
-                sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
-                ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_H0=True, STORE_O=True, STORE_HT=True,
-                          STORE_H=True, STORE_VNEW=True, V_FIRST=False, IS_BF16=is_bf16, PREC=prec)
-                specs.append(CompileSpec(f"state_fwd K{K} V{V} BT{BT} {dname}", _kda_state_fwd_kernel, sig, ce,
-                                         sc.num_warps, sc.num_stages))
-                sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "do")}
-                sig.update({n: "*fp32" for n in ("gl", "dht", "dv_new", "dh0")})
-                sig["dh"] = "*bf16" if is_bf16 else "*fp32"  # grad_state_dtype
-                sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
-                sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
-                ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_DHT=True, STORE_DH0=True,
-                          V_FIRST=False, IS_BF16=is_bf16, PREC=bprec)
-                specs.append(CompileSpec(f"state_bwd K{K} V{V} BT{BT} {dname}", _kda_state_bwd_kernel, sig, ce,
-                                         sc.num_warps, sc.num_stages))
+                es = 4 if dname == "fp32" else 2
+                for narrow in (False, True):  # the half-wide blocks of launches with few rows, where they differ
+                    sc = state_config(arch, K, V, es, narrow)
+                    if narrow and sc == state_config(arch, K, V, es):
+                        continue
+                    tag = " narrow" if narrow else ""
+                    sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "u", "o", "v_new", "h")}
+                    sig.update({n: "*fp32" for n in ("gl", "h0", "ht")})
+                    sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
+                    sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
+                    ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_H0=True, STORE_O=True,
+                              STORE_HT=True, STORE_H=True, STORE_VNEW=True, V_FIRST=False, IS_BF16=is_bf16, PREC=prec)
+                    specs.append(CompileSpec(f"state_fwd K{K} V{V} BT{BT} {dname}{tag}", _kda_state_fwd_kernel, sig,
+                                             ce, sc.num_warps, sc.num_stages))
+                    sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "do")}
+                    sig.update({n: "*fp32" for n in ("gl", "dht", "dv_new", "dh0")})
+                    sig["dh"] = "*bf16" if is_bf16 else "*fp32"  # grad_state_dtype
+                    sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
+                    sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
+                    ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_DHT=True, STORE_DH0=True,
+                              V_FIRST=False, IS_BF16=is_bf16, PREC=bprec)
+                    specs.append(CompileSpec(f"state_bwd K{K} V{V} BT{BT} {dname}{tag}", _kda_state_bwd_kernel, sig,
+                                             ce, sc.num_warps, sc.num_stages))
                 wc = wy_bwd_config(arch, K, V)
                 sig = {n: f"*{ty}" for n in ("k", "v", "v_new", "do", "dv")}
                 sig.update({n: "*fp32" for n in ("Gc", "rstd_k", "beta_act", "h", "dv_new", "dvb", "dAqk", "dL",
