@@ -263,6 +263,48 @@ def test_first_sequence_and_small_case():
     assert checks.small_case(fixed).seqlens is None
 
 
+def test_fla_prewarm_shares_every_autotuners_configs(monkeypatch):
+    """Worker i of n keeps configurations i, i + n, ... of each fla autotuner, once per autotuner (also when two
+    modules import it), and at least one."""
+    import types
+
+    import triton
+    import triton.language as tl
+
+    from benchmarks import fla_prewarm
+
+    def tuned(n):
+        @triton.autotune(configs=[triton.Config({"BK": 16 * (i + 1)}) for i in range(n)], key=["N"])
+        @triton.jit
+        def kernel(x, N, BK: tl.constexpr):
+            pass
+
+        return kernel
+
+    a, b = tuned(5), tuned(2)
+    mod = types.ModuleType("fla.ops.fake")
+    mod.a, mod.b = a, b
+    other = types.ModuleType("fla.ops.fake_importer")
+    other.a = a
+    monkeypatch.setitem(sys.modules, "fla.ops.fake", mod)
+    monkeypatch.setitem(sys.modules, "fla.ops.fake_importer", other)
+    monkeypatch.setitem(sys.modules, "not_fla", types.SimpleNamespace(c=tuned(4)))
+    assert fla_prewarm.share_configs(1, 3) == 2
+    assert [c.kwargs["BK"] for c in a.configs] == [32, 80]
+    assert [c.kwargs["BK"] for c in b.configs] == [32]
+    assert fla_prewarm.share_configs(2, 3) == 2  # b keeps its one left
+    assert [c.kwargs["BK"] for c in b.configs] == [32]
+
+
+def test_fla_prewarm_cli(capsys):
+    from benchmarks import fla_prewarm
+
+    args = fla_prewarm.build_parser().parse_args(["--shapes", "K256", "--flags", "kimi,pregated", "--workers", "4"])
+    assert (args.suite, args.shapes, args.flags, args.workers) == (["headdim"], ("K256",), ["kimi", "pregated"], 4)
+    with pytest.raises(SystemExit, match="no shape"):
+        fla_prewarm.main(["--shapes", "K512"])
+
+
 def test_jsonl_writer_appends(tmp_path):
     path = cli.output_path(tmp_path / "o", "bench-standard")
     assert path.name.startswith("bench-standard-") and path.suffix == ".jsonl"

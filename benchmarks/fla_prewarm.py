@@ -1,0 +1,101 @@
+"""Compile fla's autotuning candidates for some shapes in parallel worker processes, before a benchmark's fla calls.
+
+fla tunes each of its kernels over all its configurations on the first call of a new shape, one process compiling
+every candidate in turn: at K = V = 256 that outlasted 10-minute device calls (docs/benchmarks/NOTES.md,
+2026-11-25). A compiled kernel lands in the Triton cache under a key of its source, configuration and argument
+specialisation, not of the process that compiled it. So N workers, each tuning only its share of every fla
+autotuner's configurations (``configs[i::N]``), leave the cache holding every candidate, and the measuring process,
+which tunes over all of them again on a quiet GPU (a tuning result is keyed by the whole configuration list, so the
+workers' partial results are never reused), finds each compile already done. The workers share the GPU, so their
+timings are discarded; only their compiled kernels are kept.
+
+    python -m benchmarks.fla_prewarm --suite headdim --shapes K256 --flags kimi,pregated [--workers 8]
+
+Each worker runs one fla fwd+bwd per shape and flag set on the benchmark's inputs and on its gradient-check case
+(``benchmarks.checks.small_case``), as ``benchmarks.run`` does. Prints one line per worker and a summary last.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+import torch
+
+from benchmarks.cases import make_case_inputs, random_like_output
+from benchmarks.checks import small_case
+from benchmarks.cli import csv_choice, positive_int
+from benchmarks.suites import FLAG_SETS, SUITES, resolve_flags, resolve_suites, select_shapes
+
+
+def share_configs(index: int, workers: int) -> int:
+    """Keep configurations index, index + workers, ... of every autotuner of the imported fla modules; returns how
+    many autotuners were cut."""
+    from triton.runtime.autotuner import Autotuner
+
+    cut = 0
+    seen = set()
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("fla.") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, Autotuner) and id(value) not in seen:
+                seen.add(id(value))
+                value.configs = value.configs[index::workers] or value.configs[:1]
+                cut += 1
+    return cut
+
+
+def warm(shapes, flag_sets, index: int, workers: int) -> str:
+    """One worker: fla fwd+bwd on every shape and flag set (and its gradient-check case) with its share of the
+    configurations."""
+    import fla.ops.kda  # noqa: F401  (imports every module whose autotuners the calls use)
+    from fla.ops.kda import chunk_kda as fla
+
+    cut = share_configs(index, workers)
+    device = torch.device("cuda")
+    t0 = time.perf_counter()
+    for shape in shapes:
+        for flags in flag_sets:
+            for s in (shape, small_case(shape)):
+                kwargs = make_case_inputs(s, flags, device=device, seed=0, requires_grad=True)
+                o, _ = fla(**kwargs)
+                o.backward(random_like_output(s, device=device, seed=1))
+                del kwargs, o
+            torch.cuda.synchronize()
+    return f"worker {index}/{workers}: {cut} autotuners, {time.perf_counter() - t0:.1f} s"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fla_prewarm", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", type=csv_choice(tuple(SUITES)), default=["headdim"])
+    parser.add_argument("--shapes", type=lambda text: tuple(filter(None, text.split(","))), default=(),
+                        help="keep the suite shapes whose label contains one of these (as benchmarks.run)")
+    parser.add_argument("--flags", type=csv_choice(tuple(FLAG_SETS)), default=["kimi"])
+    parser.add_argument("--workers", type=positive_int, default=8)
+    parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    shapes = [s for suite in resolve_suites(args.suite).values() for s in select_shapes(suite, labels=args.shapes)]
+    if not shapes:
+        raise SystemExit(f"no shape of {args.suite} matches {args.shapes}")
+    if args.worker is not None:
+        print(warm(shapes, resolve_flags(args.flags), args.worker, args.workers), flush=True)
+        return 0
+    t0 = time.perf_counter()
+    base = [sys.executable, "-m", "benchmarks.fla_prewarm", "--suite", ",".join(args.suite), "--shapes",
+            ",".join(args.shapes), "--flags", ",".join(args.flags), "--workers", str(args.workers)]
+    procs = [subprocess.Popen([*base, "--worker", str(i)]) for i in range(args.workers)]
+    codes = [p.wait() for p in procs]
+    print(f"summary: {args.workers} workers, exit codes {codes}, {time.perf_counter() - t0:.1f} s for "
+          f"{len(shapes)} shape(s) x {len(args.flags)} flag set(s)", flush=True)
+    return max(codes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
