@@ -9,14 +9,17 @@ which tunes over all of them again on a quiet GPU (a tuning result is keyed by t
 workers' partial results are never reused), finds each compile already done. The workers share the GPU, so their
 timings are discarded; only their compiled kernels are kept.
 
-    python -m benchmarks.fla_prewarm --suite headdim --shapes K256 --flags kimi,pregated [--workers 8]
+    python -m benchmarks.fla_prewarm --suite headdim --shapes K256 --flags kimi,pregated [--workers 8] [--budget-s 300]
 
-Each worker runs one fla fwd+bwd per shape and flag set on the benchmark's inputs and on its gradient-check case
+`--budget-s` stops the workers after that many seconds (the cache keeps what they compiled so far); the workers also
+stop when this process is terminated, so none is left sharing the GPU with the measurements that follow. Each worker
+runs one fla fwd+bwd per shape and flag set on the benchmark's inputs and on its gradient-check case
 (``benchmarks.checks.small_case``), as ``benchmarks.run`` does. Prints one line per worker and a summary last.
 """
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import time
@@ -75,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="keep the suite shapes whose label contains one of these (as benchmarks.run)")
     parser.add_argument("--flags", type=csv_choice(tuple(FLAG_SETS)), default=["kimi"])
     parser.add_argument("--workers", type=positive_int, default=8)
+    parser.add_argument("--budget-s", type=positive_int, default=None, help="stop the workers after this long")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     return parser
 
@@ -90,11 +94,36 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     base = [sys.executable, "-m", "benchmarks.fla_prewarm", "--suite", ",".join(args.suite), "--shapes",
             ",".join(args.shapes), "--flags", ",".join(args.flags), "--workers", str(args.workers)]
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))  # unwinds through the finally below
     procs = [subprocess.Popen([*base, "--worker", str(i)]) for i in range(args.workers)]
-    codes = [p.wait() for p in procs]
-    print(f"summary: {args.workers} workers, exit codes {codes}, {time.perf_counter() - t0:.1f} s for "
-          f"{len(shapes)} shape(s) x {len(args.flags)} flag set(s)", flush=True)
-    return max(codes)
+    try:
+        for p in procs:
+            left = None if args.budget_s is None else max(0.0, args.budget_s - (time.perf_counter() - t0))
+            try:
+                p.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                break
+    finally:
+        stopped = stop(procs)
+        signal.signal(signal.SIGTERM, previous)
+    codes = [p.returncode for p in procs]
+    print(f"summary: {args.workers} workers, exit codes {codes} ({stopped} stopped), "
+          f"{time.perf_counter() - t0:.1f} s for {len(shapes)} shape(s) x {len(args.flags)} flag set(s)", flush=True)
+    return 0 if all(c == 0 for c in codes) else 1
+
+
+def stop(procs: list[subprocess.Popen]) -> int:
+    """Terminate (then kill) the workers still running; returns how many were."""
+    running = [p for p in procs if p.poll() is None]
+    for p in running:
+        p.terminate()
+    for p in running:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return len(running)
 
 
 if __name__ == "__main__":

@@ -305,6 +305,28 @@ def test_fla_prewarm_cli(capsys):
         fla_prewarm.main(["--shapes", "K512"])
 
 
+def test_fla_prewarm_stops_its_workers_at_the_budget(monkeypatch, capsys):
+    import subprocess
+    import time
+
+    from benchmarks import fla_prewarm
+
+    popen = subprocess.Popen
+    started = []
+
+    def sleeper(cmd):
+        assert cmd[-2:] == ["--worker", str(len(started))]
+        started.append(popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+        return started[-1]
+
+    monkeypatch.setattr(fla_prewarm.subprocess, "Popen", sleeper)
+    t0 = time.perf_counter()
+    assert fla_prewarm.main(["--shapes", "K256", "--workers", "2", "--budget-s", "1"]) == 1
+    assert time.perf_counter() - t0 < 30
+    assert all(p.poll() is not None for p in started) and len(started) == 2
+    assert "(2 stopped)" in capsys.readouterr().out
+
+
 def test_jsonl_writer_appends(tmp_path):
     path = cli.output_path(tmp_path / "o", "bench-standard")
     assert path.name.startswith("bench-standard-") and path.suffix == ".jsonl"
