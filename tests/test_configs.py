@@ -124,3 +124,10 @@ def test_bad_autotune_value(monkeypatch):
     _enable(monkeypatch, "yes")
     with pytest.raises(ValueError, match="TRITON_KDA_AUTOTUNE must be 0 or 1, got 'yes'"):
         tuned(("k",), "table", [], lambda cfg: None)
+
+
+def test_spanning_chunk_local_backward_takes_32_wide_v_blocks():
+    """The spanning-form kernel (fp32 and fp16 inputs) at K <= 128 takes 32-wide V blocks in the chunk-local backward
+    (measured faster on an H100), the rest the 64-wide table entry."""
+    assert intra_bwd_config(90, 128, 128, True).BV == 32 and intra_bwd_config(90, 64, 64, True).BV == 32
+    assert intra_bwd_config(90, 128, 128).BV == intra_bwd_config(90, 256, 256, True).BV == 64

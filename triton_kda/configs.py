@@ -178,15 +178,20 @@ def wy_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
 
 
 @functools.cache
-def intra_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
-    """The chunk-local backward (one program per BC-row block of a chunk, v-head and K slice of BK)."""
+def intra_bwd_config(arch: int, K: int, V: int, span: bool = False) -> IntraConfig:
+    """The chunk-local backward (one program per BC-row block of a chunk, v-head and K slice of BK); span: the kernel
+    of the spanning gate form (`_kda_intra_bwd_span_kernel`, fp32 and fp16 inputs: tf32x3 intra-chunk sums)."""
     if arch == 0:
         return IntraConfig(BC=16, BK=min(32, _kpad(K, arch)), BV=min(32, _kpad(V, arch)), num_warps=4, num_stages=1)
     # H100 B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 64 / BV 64 / 4 warps / 2 stages 4.13 ms; 1 stage
     # 5.09, BV 32 5.89, BV 128 5.99, BK 128 / 8 warps 6.34, BK 32 / 2 stages 6.56, BK 32 / 8 warps 15.4. 3 stages
     # (2026-11-25, fwd+bwd against 2 stages, docs/benchmarks/runs/2026-11-25_bwd_stages): fp16 x0.963, K = V = 256
-    # bf16 x0.97, B1 T8192 H16 bf16 x0.96-0.99, fp32 x0.99, B2 T8192 H32 bf16 x0.997; 8 warps at BK 64 x1.15-1.32
-    return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=min(64, _kpad(V, arch)), num_warps=4, num_stages=3)
+    # bf16 x0.97, B1 T8192 H16 bf16 x0.96-0.99, fp32 x0.99, B2 T8192 H32 bf16 x0.997; 8 warps at BK 64 x1.15-1.32.
+    # The spanning form at K <= 128 takes 32-wide V blocks (H100 fwd+bwd, docs/benchmarks/runs/2026-11-26_k256_bwd):
+    # fp32 B1 T8192 H16 7.840 -> 7.373 ms (BK 32 7.806, 2 stages 7.898, 8 warps 8.004), B2 T8192 H32 26.025 ->
+    # 24.100; fp16 B1 T8192 H16 4.409 -> 4.325, B2 T8192 H32 12.613 -> 12.265
+    BV = 32 if span and K <= 128 else 64
+    return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=min(BV, _kpad(V, arch)), num_warps=4, num_stages=3)
 
 
 def intra_bwd_candidates(arch: int, K: int, V: int) -> list[IntraConfig]:

@@ -755,7 +755,7 @@ def intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WY
         return dbeta, dW
 
     key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, pow2_ceil(plan.NT), gate, span)
-    cfg = tuned(key, intra_bwd_config(arch, K, V), intra_bwd_candidates(arch, K, V), launch)
+    cfg = tuned(key, intra_bwd_config(arch, K, V, span), intra_bwd_candidates(arch, K, V), launch)
     dbeta, dW = launch(cfg)
     return IntraLocalOut(dq, dk, dD, dW, dbeta, cfg.BC if span else 0)
 

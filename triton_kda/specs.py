@@ -110,7 +110,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                           VIA_STATE=dtype == torch.float32, PREC=bprec)
                 specs.append(CompileSpec(f"wy_bwd K{K} V{V} BT{BT} {dname}", _kda_wy_bwd_kernel, sig, ce,
                                          wc.num_warps, wc.num_stages))
-                bc = intra_bwd_config(arch, K, V)
+                bc = intra_bwd_config(arch, K, V, bp.gate_span)
                 sig = {n: f"*{ty}" for n in ("q", "k", "v_new", "do")}
                 gate_terms = ("dD", "dW") if bp.gate_span else ("dE", "dF")
                 sig.update({n: "*fp32" for n in ("Gc", "gl", "rstd_q", "rstd_k", "beta_act", "dvb", "dAqk", "dL",
