@@ -25,6 +25,7 @@ import sys
 import time
 
 import torch
+from triton.runtime.autotuner import Autotuner
 
 from benchmarks.cases import make_case_inputs, random_like_output
 from benchmarks.checks import small_case
@@ -32,16 +33,14 @@ from benchmarks.cli import csv_choice, positive_int
 from benchmarks.suites import FLAG_SETS, SUITES, resolve_flags, resolve_suites, select_shapes
 
 
-def share_configs(index: int, workers: int) -> int:
-    """Keep configurations index, index + workers, ... of every autotuner of the imported fla modules; returns how
-    many autotuners were cut."""
-    from triton.runtime.autotuner import Autotuner
-
+def share_configs(index: int, workers: int, modules=None) -> int:
+    """Keep configurations index, index + workers, ... of every autotuner in `modules` (default: the imported fla
+    modules), each once; returns how many autotuners were cut."""
+    if modules is None:
+        modules = [m for name, m in list(sys.modules.items()) if name.startswith("fla.") and m is not None]
     cut = 0
     seen = set()
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("fla.") or module is None:
-            continue
+    for module in modules:
         for value in list(vars(module).values()):
             if isinstance(value, Autotuner) and id(value) not in seen:
                 seen.add(id(value))

@@ -264,8 +264,8 @@ def test_first_sequence_and_small_case():
 
 
 def test_fla_prewarm_shares_every_autotuners_configs(monkeypatch):
-    """Worker i of n keeps configurations i, i + n, ... of each fla autotuner, once per autotuner (also when two
-    modules import it), and at least one."""
+    """Worker i of n keeps configurations i, i + n, ... of each autotuner, once per autotuner (also when two modules
+    import it), and at least one."""
     import types
 
     import triton
@@ -283,17 +283,22 @@ def test_fla_prewarm_shares_every_autotuners_configs(monkeypatch):
 
     a, b = tuned(5), tuned(2)
     mod = types.ModuleType("fla.ops.fake")
-    mod.a, mod.b = a, b
+    mod.a, mod.b, mod.n = a, b, 3
     other = types.ModuleType("fla.ops.fake_importer")
     other.a = a
-    monkeypatch.setitem(sys.modules, "fla.ops.fake", mod)
-    monkeypatch.setitem(sys.modules, "fla.ops.fake_importer", other)
-    monkeypatch.setitem(sys.modules, "not_fla", types.SimpleNamespace(c=tuned(4)))
-    assert fla_prewarm.share_configs(1, 3) == 2
+    assert fla_prewarm.share_configs(1, 3, [mod, other]) == 2
     assert [c.kwargs["BK"] for c in a.configs] == [32, 80]
     assert [c.kwargs["BK"] for c in b.configs] == [32]
-    assert fla_prewarm.share_configs(2, 3) == 2  # b keeps its one left
+    assert fla_prewarm.share_configs(2, 3, [mod]) == 2  # b keeps its one left
     assert [c.kwargs["BK"] for c in b.configs] == [32]
+    # by default the modules named fla.* (a stand-in for sys.modules: the real fla's autotuners stay as they are)
+    c = tuned(4)
+    unrelated = types.ModuleType("not_fla")
+    unrelated.c = c
+    fake_sys = types.SimpleNamespace(modules={"fla.ops.fake_importer": other, "fla.absent": None, "not_fla": unrelated})
+    monkeypatch.setattr(fla_prewarm, "sys", fake_sys)
+    assert fla_prewarm.share_configs(0, 2) == 1
+    assert [x.kwargs["BK"] for x in a.configs] == [32] and len(c.configs) == 4
 
 
 def test_fla_prewarm_cli(capsys):
