@@ -52,8 +52,7 @@ def share_configs(index: int, workers: int, modules=None) -> int:
 def warm(shapes, flag_sets, index: int, workers: int) -> str:
     """One worker: fla fwd+bwd on every shape and flag set (and its gradient-check case) with its share of the
     configurations."""
-    import fla.ops.kda  # noqa: F401  (imports every module whose autotuners the calls use)
-    from fla.ops.kda import chunk_kda as fla
+    from fla.ops.kda import chunk_kda as fla  # imports every module whose autotuners the calls use
 
     cut = share_configs(index, workers)
     device = torch.device("cuda")

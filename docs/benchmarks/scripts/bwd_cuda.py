@@ -8,7 +8,7 @@ process (the registry's switch TRITON_KDA_SM90_BWD=0 turns the compiled kernel o
 
 Shapes are B-T-H with an optional head dim K (K = V, default 128). Flag set `kimi`: inputs, flags and the step of
 `bwd_before_after.py` (Kimi Linear's flags, bf16); `pregated`: benchmarks.suites' pre-gated flag set (g =
-logsigmoid(x) passed in, l2norm in the kernel), bf16 inputs of `reference.harness.make_inputs`, seed 0. Prints one
+logsigmoid(x) passed in, l2norm in the kernel), bf16 inputs of `benchmarks.cases.make_case_inputs`, seed 0. Prints one
 markdown row per shape and flag set: Triton-backward ms, CUDA-backward ms, their ratio (and fla's ms and fla / CUDA
 with --fla); `--profile` adds each kernel's mean CUDA time per step for both. The last line is a one-line summary.
 `--steps N` only runs N steps with the compiled kernel on the first shape and flag set (for ncu).
@@ -31,8 +31,9 @@ import bwd_before_after  # noqa: E402
 from bwd_before_after import kernel_table, kernel_times  # noqa: E402
 from bwd_variants import shape_of  # noqa: E402
 
-from benchmarks.suites import FLAG_SETS  # noqa: E402
-from reference.harness import make_inputs  # noqa: E402
+from benchmarks.cases import make_case_inputs  # noqa: E402
+from benchmarks.checks import GRAD_NAMES  # noqa: E402
+from benchmarks.suites import FLAG_SETS, Shape  # noqa: E402
 from triton_kda import backends, chunk_kda  # noqa: E402
 
 SWITCH = "TRITON_KDA_SM90_BWD"
@@ -51,11 +52,10 @@ def case(shape: str, flags: str):
     B, T, H, K = shape_of(shape)
     if flags == "kimi":
         return bwd_before_after.inputs(B, T, H, torch.bfloat16, K=K, V=K), bwd_before_after.step
-    fs = FLAG_SETS[flags]
-    d = make_inputs(B, T, H, H, K, K, dtype=torch.bfloat16, device="cuda", **fs.make_kwargs)
-    leaves = {n: x.requires_grad_(True) for n, x in d.items()
-              if isinstance(x, torch.Tensor) and x.is_floating_point()}
-    opts = {**{n: x for n, x in d.items() if n not in leaves}, **fs.call_kwargs}
+    d = make_case_inputs(Shape(B=B, T=T, H=H, HV=H, K=K, V=K), FLAG_SETS[flags], device=torch.device("cuda"), seed=0,
+                         requires_grad=True)
+    leaves = {n: d.pop(n) for n in GRAD_NAMES}
+    opts = d
 
     def step(fn, d, do):
         torch.autograd.backward(fn(**d, **opts)[0], do)
