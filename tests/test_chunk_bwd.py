@@ -137,6 +137,27 @@ def test_grads_match_oracle_masked_strong_decay(params):
         assert_close(f"d{name}", g, ref[name], MASKED_TOL[name])
 
 
+SPREAD = [_case(T=80, H=2, HV=2, K=32, V=16, **STATE), _case(T=80, H=1, HV=2, K=32, V=16, use_qk_l2norm_in_kernel=True)]
+
+
+@pytest.mark.parametrize("params", SPREAD, ids=[case_id(**p, dtype=torch.float32) for p in SPREAD])
+def test_fp32_pairs_hold_rows_of_every_magnitude(params):
+    """fp32 w, qg, kg travel as fp16 pairs with a power-of-two factor per row (wy.IntraOut): rows of q scaled by
+    2^-20..2^20, of k by 2^-20..2^-1 and of v by 2^-12..2^12 (k small enough for a stable recurrence without l2norm)
+    keep fp32 accuracy. Without the row factors they overflow or flush in fp16."""
+    d, chunk_size, disable_recompute = _inputs(params, torch.float32)
+    gen = torch.Generator(device=DEVICE).manual_seed(7)
+    B, T = d["q"].shape[:2]
+    for name, lo, hi in (("q", -20, 20), ("k", -20, -1), ("v", -12, 12)):
+        rows = torch.randint(lo, hi + 1, (B, T, d[name].shape[2], 1), generator=gen, device=DEVICE)
+        d[name] = (d[name].detach() * torch.exp2(rows.float())).requires_grad_(True)
+    do, dht = _cotangents(d, seed=0)
+    got = _kernel_grads(d, chunk_size, disable_recompute, do, dht)
+    ref = _oracle_grads(d, do, dht)
+    for name, g in got.items():
+        assert_close(f"d{name}", g, ref[name], TOL[torch.float32][name])
+
+
 EFORM = [FP32_CASES[3], FP32_CASES[8], FP32_CASES[10], MASKED[0]]
 
 

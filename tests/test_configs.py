@@ -131,3 +131,7 @@ def test_spanning_chunk_local_backward_takes_32_wide_v_blocks():
     (measured faster on an H100), the rest the 64-wide table entry."""
     assert intra_bwd_config(90, 128, 128, True).BV == 32 and intra_bwd_config(90, 64, 64, True).BV == 32
     assert intra_bwd_config(90, 128, 128).BV == intra_bwd_config(90, 256, 256, True).BV == 64
+    # fp32's split state-side products at K = 256: three stages need 108544 B, over the 99 KB parts' 101376 B
+    stages = [intra_bwd_config(a, 256, 256, True, True).num_stages for a in (80, 86, 89, 90, 100, 120)]
+    assert stages == [3, 2, 2, 3, 3, 2]
+    assert intra_bwd_config(89, 256, 256, True).num_stages == intra_bwd_config(89, 128, 128, True, True).num_stages == 3

@@ -18,7 +18,14 @@ from triton_kda import ops
 from triton_kda._validate import validate_chunk_kda
 from triton_kda.chunk_fwd import _device_varlen_plan, _varlen_plan, plan_chunks
 from triton_kda.intra import _kda_intra_fwd_kernel
-from triton_kda.state_cp import ENV_MODE, ENV_PIECE_CHUNKS, _device_piece_plan, _piece_plan
+from triton_kda.state_cp import (
+    ENV_MODE,
+    ENV_PIECE_CHUNKS,
+    _checkpoint_plan,
+    _device_piece_plan,
+    _piece_plan,
+    _slot_table,
+)
 
 CPU = torch.device("cpu")
 
@@ -42,6 +49,8 @@ def test_device_built_plans_equal_host_plans(lens, BT):
     for L in (1, 2, 3, 8):
         _same(_device_piece_plan(host, lens, BT, L), _piece_plan(lens, BT, L, CPU))
         _same(_device_piece_plan(fixed, fixed.lens, BT, L), _piece_plan(fixed.lens, BT, L, CPU))
+        _same(_slot_table(_device_piece_plan(host, lens, BT, L), host.NT),
+              _checkpoint_plan(lens, BT, L, host.NT, CPU)[1])
 
 
 class HostToDevice(TorchDispatchMode):
@@ -99,7 +108,8 @@ def _run_op_impls(d, opts):
     fake_bwd = ops.chunk_kda_bwd(torch.empty_like(o), torch.empty_like(ht), *tensors.values(), saved,
                                  *bwd_flags.values())
     pairs = [(grads, fake_bwd)]
-    if d.get("cu_seqlens") is None or not flags["disable_recompute"]:  # else sizes the meta kernel cannot know
+    if d.get("cu_seqlens") is None:  # varlen training forwards save sizes the meta kernel cannot know (the kept
+        # states' count, with disable_recompute the chunk count: both depend on the boundaries' values)
         fake_fwd = ops.chunk_kda_fwd(*tensors.values(), *flags.values(), True)
         pairs.append(((o, ht, h, *saved), (*fake_fwd[:3], *fake_fwd[3])))
     return pairs
@@ -123,6 +133,7 @@ def test_no_device_value_read_on_the_host(name, capture, launches, monkeypatch):
         monkeypatch.setattr(module, "capturing", lambda device: capture)
     _varlen_plan.cache_clear()  # a cached host plan would hide its copies
     _piece_plan.cache_clear()
+    _checkpoint_plan.cache_clear()
     d = _meta_inputs(seqlens, **opts)
     with HostToDevice() as mode:
         pairs = _run_op_impls(d, opts)

@@ -334,3 +334,18 @@ def test_every_kernel_configuration_fits_sm89_and_sm90(tmp_path):
     bad = [r for r in rows if not r["passed"] or r["registers"] is None]
     assert not bad, f"{len(bad)} rows failed or lack registers, e.g. {bad[:3]}"
     assert f"{len(rows)} rows: 0 failing the run" in proc.stdout
+
+
+@pytest.mark.parametrize("arch", [80, 90, 120])
+def test_kda_compile_specs_list_every_runtime_argument(arch):
+    """Every KDA entry of compile_specs names each runtime argument of its kernel and gives each constexpr a value,
+    so a kernel that gains an argument cannot drop out of kda-portability's compile check unnoticed."""
+    import inspect
+
+    for spec in compile_specs(arch):
+        if spec.name.startswith("fmha"):
+            continue
+        params = inspect.signature(getattr(spec.fn, "fn", spec.fn)).parameters
+        runtime = {n for n, p in params.items() if "constexpr" not in str(p.annotation)}
+        assert set(spec.signature) == runtime, spec.name
+        assert set(spec.constexprs) == set(params) - runtime, spec.name

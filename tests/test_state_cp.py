@@ -1,5 +1,5 @@
 """Intra-card CP (triton_kda/state_cp.py): the planner, and chunk_kda with pieces against the serial path and the
-fp64 oracle.
+fp64 oracle; the states a training forward keeps every few chunks, from which its backward recomputes in parallel.
 
 The split is forced through the environment (TRITON_KDA_INTRACARD_CP=1 with a piece length of 1-4 chunks), so
 small interpreter shapes give many pieces. Gates are weak (a piece's map M must not decay to 0, or CP would only
@@ -14,7 +14,17 @@ from reference.kda import kda_recurrent
 from tests.test_chunk_bwd import LEAVES, _cotangents, _inputs, _oracle_grads
 from tests.utils import DEVICE, assert_close, case_id
 from triton_kda import chunk_kda, configs, state_cp
-from triton_kda.state_cp import ENV_MODE, ENV_PIECE_CHUNKS, _piece_chunks, _piece_plan, piece_chunks, plan_pieces
+from triton_kda.state_cp import (
+    ENV_CKPT_CHUNKS,
+    ENV_MODE,
+    ENV_PIECE_CHUNKS,
+    _piece_chunks,
+    _piece_plan,
+    _slot_table,
+    checkpoint_chunks,
+    piece_chunks,
+    plan_pieces,
+)
 
 CP_VS_SERIAL = 1e-6
 # dA_log and ddt_bias sum every token's gate term, with cancellation: on an H100 (2026-11-26, 2100527) CP and serial
@@ -138,14 +148,18 @@ def test_planner_leaves_full_gpu_shapes_serial():
     assert _length([32768], 64, 32, mode="1") > 0  # forcing still splits
 
 
+def _on_132_sms(monkeypatch):
+    monkeypatch.setattr(state_cp, "arch_of", lambda device: 90)
+    monkeypatch.setattr(state_cp, "sm_count", lambda device: 132)
+    monkeypatch.setattr(configs, "sm_count", lambda device: 132)
+    return torch.device("cuda")
+
+
 def test_planner_against_the_narrow_serial_blocks(monkeypatch):
     """On 132 SMs (an H100 or H200) the serial kernel at B1 H16 takes 32-wide V blocks (64 programs, measured faster
     than the split at T8192, docs/benchmarks/runs/2026-11-26_state_blocks), so the planner leaves it whole; at B1 H8
     it still splits, into the pieces the 64-wide blocks' model picks."""
-    monkeypatch.setattr(state_cp, "arch_of", lambda device: 90)
-    monkeypatch.setattr(state_cp, "sm_count", lambda device: 132)
-    monkeypatch.setattr(configs, "sm_count", lambda device: 132)
-    gpu = torch.device("cuda")
+    gpu = _on_132_sms(monkeypatch)
     assert piece_chunks((8192,), 64, 16, 128, 128, 2, gpu) == 0
     assert piece_chunks((32768,), 64, 8, 128, 128, 2, gpu) == _piece_chunks((512,), 8, 4, 2, 2, 2, 264, "auto", 0) > 0
 
@@ -205,3 +219,92 @@ def test_env_switch_off_and_on(monkeypatch):
     plan = plan_pieces((1 << 20,), 64, 1, 128, 128, 2, torch.device(DEVICE))
     assert plan is not None and plan.N > 1
     assert plan_pieces((64,), 64, 1, 128, 128, 2, torch.device(DEVICE)) is None  # one chunk: nothing to split
+
+
+def test_checkpoint_spacing_on_132_sms(monkeypatch):
+    """Kept states where the serial recompute leaves an H100's slots idle: B1 T8192 H16 (fp32: 128 programs of
+    16-wide V blocks; bf16: 64 of 32-wide), none where the serial programs fill the GPU; the CP pieces' length where
+    the forward splits."""
+    gpu = _on_132_sms(monkeypatch)
+    assert checkpoint_chunks((8192,), 64, 16, 128, 128, 4, gpu) == 16
+    assert checkpoint_chunks((8192,), 64, 16, 128, 128, 2, gpu) == 8
+    assert checkpoint_chunks((8192,) * 2, 64, 32, 128, 128, 4, gpu) == 0
+    assert checkpoint_chunks((2048,) * 8, 64, 32, 128, 128, 2, gpu) == 0
+    assert checkpoint_chunks((64,), 64, 1, 128, 128, 4, gpu) == 0  # one chunk: nothing to recompute in parallel
+    L = piece_chunks((32768,), 64, 8, 128, 128, 2, gpu)
+    assert L > 0 and checkpoint_chunks((32768,), 64, 8, 128, 128, 2, gpu) == L
+    # varlen: one long sequence among short ones keeps its serial recompute's slots idle, whatever the batch size
+    assert checkpoint_chunks((8192,) + (128,) * 64, 64, 16, 128, 128, 4, gpu) > 0
+
+
+def test_checkpoint_env(monkeypatch):
+    monkeypatch.setenv(ENV_CKPT_CHUNKS, "3")
+    assert checkpoint_chunks((200, 10), 16, 1, 16, 16, 4, torch.device(DEVICE)) == 3
+    assert checkpoint_chunks((40,), 16, 1, 16, 16, 4, torch.device(DEVICE)) == 0  # 3 chunks: one piece
+    monkeypatch.setenv(ENV_CKPT_CHUNKS, "0")
+    assert checkpoint_chunks((1 << 20,), 64, 1, 128, 128, 4, torch.device(DEVICE)) == 0
+    monkeypatch.setenv(ENV_CKPT_CHUNKS, "x")
+    with pytest.raises(ValueError, match=ENV_CKPT_CHUNKS):
+        checkpoint_chunks((200,), 16, 1, 16, 16, 4, torch.device(DEVICE))
+
+
+def test_checkpoint_slots():
+    """Each non-empty piece's first chunk names its piece; every other chunk -1; empty pieces write past NT."""
+    lens, BT, L = (100, 0, 33), 16, 2   # 7 chunks -> pieces at chunks 0, 2, 4, 6; an empty piece; 3 chunks -> 7, 9
+    pieces = _piece_plan(lens, BT, L, torch.device(DEVICE))
+    slots = _slot_table(pieces, 10)
+    assert slots[:10].tolist() == [0, -1, 1, -1, 2, -1, 3, 5, -1, 6]
+    assert slots[10:].tolist() == [-1] * 4 + [4] + [-1] * 2
+
+
+KEPT_CASES = [
+    (dict(B=1, T=190, H=1, HV=2, K=16, V=24, seqlens=[13, 0, 100, 7, 70], chunk_size=32, use_gate_in_kernel=True,
+          state_v_first=True, **STATE), torch.float32),
+    (dict(B=2, T=150, H=2, HV=2, K=16, V=16, chunk_size=32, use_qk_l2norm_in_kernel=True, **STATE), torch.float32),
+    (dict(B=2, T=150, H=1, HV=2, K=16, V=16, chunk_size=32, **STATE), torch.float16),
+]
+
+
+@pytest.mark.parametrize("params,dtype", KEPT_CASES, ids=[case_id(**p, dtype=dt) for p, dt in KEPT_CASES])
+def test_kept_states_recompute_bit_identical(monkeypatch, params, dtype):
+    """A training forward that keeps its state every 2 chunks: the backward recomputes h and v_new from those states
+    (in parallel), and o, the final state and every gradient equal those of the serial recompute bit for bit. Every
+    buffer starts as NaN, so a kept state that is read but was never written fails."""
+    import triton_kda.ops
+
+    params = dict(params)
+    chunk_size = params.pop("chunk_size")
+    d, _, _ = _inputs(dict(params, chunk_size=chunk_size), dtype)
+    do, dht = _cotangents(d, seed=0)
+    starts = []
+    state_fwd = triton_kda.ops.state_fwd
+
+    def spy(*args, **kwargs):
+        starts.append(kwargs.get("start"))
+        return state_fwd(*args, **kwargs)
+
+    monkeypatch.setattr(triton_kda.ops, "state_fwd", spy)
+    monkeypatch.setenv(ENV_CKPT_CHUNKS, "0")
+    serial = _run(d, chunk_size, do, dht, backward=True)
+    assert starts == [None, None]
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: (lambda t: t.fill_(float("nan")) if t.is_floating_point()
+                                                          else t)(empty(*a, **kw)))
+    monkeypatch.setenv(ENV_CKPT_CHUNKS, "2")
+    kept = _run(d, chunk_size, do, dht, backward=True)
+    monkeypatch.undo()
+    chunks = [-(-n // chunk_size) for n in params.get("seqlens") or [params["T"]] * params["B"]]
+    assert starts[2] is None and starts[3].shape[0] == sum(max(1, -(-nc // 2)) for nc in chunks)
+    for name, value in serial.items():
+        assert torch.equal(value, kept[name]), f"{name} differs when the backward starts from kept states"
+
+
+def test_kept_states_need_the_forwards_spacing(monkeypatch):
+    """The backward checks the kept states against its own plan: a spacing changed in between is an error, not a
+    wrong gradient."""
+    d, chunk_size, _ = _inputs(dict(B=1, T=200, H=1, HV=1, K=16, V=16, chunk_size=32), torch.float32)
+    monkeypatch.setenv(ENV_CKPT_CHUNKS, "2")
+    o, _ = chunk_kda(**d, chunk_size=chunk_size)
+    monkeypatch.setenv(ENV_CKPT_CHUNKS, "3")
+    with pytest.raises(RuntimeError, match=ENV_CKPT_CHUNKS):
+        o.sum().backward()

@@ -55,7 +55,7 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
         once, and only where a kernel reads it (the compiled chunk-local backward forms its own)."""
         return gate_cumsum(g, A_log, dt_bias, plan, BT, gate=gate, lower_bound=lower_bound, prec=precision_of(q.dtype))
 
-    dh, dv_new, dh0 = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do, dht, plan, BT, V,
+    dh, dv_new, dh0 = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, intra.rs, do, dht, plan, BT, V,
                                 want_dh0=want_dh0, state_v_first=state_v_first, prec=prec)
     wy = wy_bwd(k, v, Gc, intra.rstd_k, intra.beta, intra.Akk, h, v_new, dv_new, do, plan, BT,
                 state_v_first=state_v_first, prec=prec)

@@ -108,7 +108,8 @@ def intra_stage(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan,
     if via_wy:
         intra = wy_recompute(*flat, A_log, dt_bias, intra.Aqk, intra.rstd_q, intra.rstd_k, intra.beta, intra.Akk,
                              scale, plan, BT, use_gate_in_kernel=flags["use_gate_in_kernel"],
-                             lower_bound=flags["lower_bound"])
+                             lower_bound=flags["lower_bound"],
+                             use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"])
     return intra
 
 

@@ -178,9 +178,11 @@ def wy_bwd_config(arch: int, K: int, V: int) -> IntraConfig:
 
 
 @functools.cache
-def intra_bwd_config(arch: int, K: int, V: int, span: bool = False) -> IntraConfig:
+def intra_bwd_config(arch: int, K: int, V: int, span: bool = False, split: bool = False) -> IntraConfig:
     """The chunk-local backward (one program per BC-row block of a chunk, v-head and K slice of BK); span: the kernel
-    of the spanning gate form (`_kda_intra_bwd_span_kernel`, fp32 and fp16 inputs: tf32x3 intra-chunk sums)."""
+    of the spanning gate form (`_kda_intra_bwd_span_kernel`, fp32 and fp16 inputs: tf32x3 intra-chunk sums); split:
+    its state-side products are `_jit._dot_f16x3` (fp32 inputs), whose fp16 operands at K > 128 need 108544 B of
+    shared memory with three stages, over the 101376 B of sm_86 / sm_89 / sm_120: two stages there."""
     if arch == 0:
         return IntraConfig(BC=16, BK=min(32, _kpad(K, arch)), BV=min(32, _kpad(V, arch)), num_warps=4, num_stages=1)
     # H100 B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 64 / BV 64 / 4 warps / 2 stages 4.13 ms; 1 stage
@@ -191,7 +193,8 @@ def intra_bwd_config(arch: int, K: int, V: int, span: bool = False) -> IntraConf
     # fp32 B1 T8192 H16 7.840 -> 7.373 ms (BK 32 7.806, 2 stages 7.898, 8 warps 8.004), B2 T8192 H32 26.025 ->
     # 24.100; fp16 B1 T8192 H16 4.409 -> 4.325, B2 T8192 H32 12.613 -> 12.265
     BV = 32 if span and K <= 128 else 64
-    return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=min(BV, _kpad(V, arch)), num_warps=4, num_stages=3)
+    stages = 2 if split and K > 128 and arch in (86, 89, 120) else 3
+    return IntraConfig(BC=16, BK=min(64, _kpad(K, arch)), BV=min(BV, _kpad(V, arch)), num_warps=4, num_stages=stages)
 
 
 def intra_bwd_candidates(arch: int, K: int, V: int) -> list[IntraConfig]:
@@ -213,9 +216,15 @@ def gate_bwd_config(arch: int, K: int) -> GateBwdConfig:
 
 
 @functools.cache
-def state_config(arch: int, K: int, V: int, elem_size: int, narrow: bool = False) -> StateConfig:
+def state_config(arch: int, K: int, V: int, elem_size: int, narrow: bool = False,
+                 pair_bwd: bool = False) -> StateConfig:
     """elem_size: bytes per element of the stored intermediates (2 for bf16/fp16, 4 for fp32); narrow: the launch
-    has too few rows to fill the GPU with 64-wide V blocks (`state_narrow`), so they are halved (fp32: 32 -> 16)."""
+    has too few rows to fill the GPU with 64-wide V blocks (`state_narrow`), so they are halved (fp32: 32 -> 16).
+    16-bit inputs keep blocks at least 32 wide (`_kpad`); fp32's 16-wide ones reach fp16 operands only as the
+    16-column sides of the state backward's split products (`_jit._dot_f16x3`), checked on the H100 over the fp32
+    kda-check grid and the fp32 GPU tests (docs/benchmarks/runs/2026-11-26_f16x3). pair_bwd: the state backward on
+    fp16 pairs (`wy.IntraOut`), six [BT, K] fp16 tiles per chunk: one pipeline stage (two need 237568 B of shared
+    memory on sm_90 at K = 128, over its 232448)."""
     BK = _kpad(K, arch)
     if arch == 0:
         return StateConfig(BV=min(32, _kpad(V, arch)), num_warps=4, num_stages=1)
@@ -232,6 +241,8 @@ def state_config(arch: int, K: int, V: int, elem_size: int, narrow: bool = False
         # T8192 H16 fp32 fwd+bwd (64 programs at 32 wide; docs/benchmarks/runs/2026-11-26_k256_bwd): 32 wide 8.939
         # ms, 16 wide 8.149, 16 wide with two stages 7.847; 8 warps 9.215, 16 wide with 2 warps 62.8
         stages = 2
+    if pair_bwd:
+        stages = 1
     return StateConfig(BV=min(BV, _kpad(V, arch)), num_warps=4, num_stages=stages)
 
 
@@ -336,6 +347,15 @@ class CompileSpec(NamedTuple):
     num_stages: int
 
 
+def fp32_pairs(arch: int, K: int) -> bool:
+    """Whether fp32 runs hand w, qg and kg to the state passes as fp16 pairs (`wy.IntraOut`): where tiles of K are
+    at least 64 wide on GPUs (the state backward's pair products faulted with an illegal address at K = 32 on sm_90,
+    triton 3.6; K = 64, 128 and 256 pass the fp32 kda-check grid there), and at every K in the interpreter, whose
+    tests run at small K. H100 fwd+bwd fp32 against 35928a2 (docs/benchmarks/runs/2026-11-26_fp32_pairs): B1 T8192
+    H16 x0.932, B2 T8192 H32 x0.921, B1 T32768 H8 x0.886, B1 T8192 H16 K = V = 256 x0.616."""
+    return arch == 0 or K > 32  # tiles of K (`_kpad`) >= 64; K may be a SymInt (the op's fake)
+
+
 def precision_of(dtype: torch.dtype) -> str:
     """`tl.dot` precision (`_jit._dot`), also the kernels' fp32 switch: "tf32x3" (three TF32 tensor-core products,
     about fp32 accuracy) for fp32 inputs; for fp16, "tf32rn" (fp32 operands rounded to the nearest TF32 value: the
@@ -348,14 +368,18 @@ def precision_of(dtype: torch.dtype) -> str:
 
 class BwdPrecision(NamedTuple):
     """`tl.dot` precisions of the backward's products."""
-    products: str      # the state, WY and CP-map backward
+    products: str      # the state and WY backward (the CP maps' backward takes `precision_of`)
     intra: str         # the chunk-local backward's intra-chunk sums (Rq, RL, C)
     intra_state: str   # the chunk-local backward's state-side products (do S^T, v_new dS^T, dvb S^T)
     gate_span: bool    # the gate gradient's spanning form (`_kda_intra_bwd_span_kernel`), else the E-form
 
 
 def bwd_precision_of(dtype: torch.dtype, gate: int = 0) -> BwdPrecision:
-    """fp32 inputs: tf32x3 everywhere. bf16: TF32 (the operands are bf16). fp16: TF32, except the chunk-local
+    """fp32 inputs: the state, WY and chunk-local state-side products split in three fp16 products (`_jit._dot_f16x3`,
+    half tf32x3's tensor-core time; H100 B1 T8192 H16 fwd+bwd 7.345 -> 6.864 ms, every fp32 kda-check row's error
+    within 1.3x of tf32x3's, docs/benchmarks/runs/2026-11-26_f16x3), tf32x3 in the intra-chunk sums, whose
+    gate-anchored rows span more than fp16's exponent range (through the interpreter, strong decays: relative RMSE up
+    to 0.5 with the split there). bf16: TF32 (the operands are bf16). fp16: TF32, except the chunk-local
     backward's intra-chunk sums, whose fp32 operands (anchored factors, dAqk, dL) rounded to TF32 cost the gate
     gradients an order of magnitude (H100, fla's masked fp16 varlen case, 2 seeds: ddt_bias 1.0e-2 / 2.0e-2 with TF32
     there, 7.1e-4 / 6.3e-4 with tf32x3 there; tf32x3 in the state-side, state or WY products instead does not
@@ -369,7 +393,7 @@ def bwd_precision_of(dtype: torch.dtype, gate: int = 0) -> BwdPrecision:
     rounded TF32, 4.4e-4 split, 3.8e-4 in fp32. Not with the lower-bound gate (`gate` 2, Kimi's: its gate gradient
     is below fla's without, 5.2e-3 vs 7.0e-3), as in the compiled kernel (cuda_fast/csrc/kda_intra_bwd.cu)."""
     if dtype == torch.float32:
-        return BwdPrecision("tf32x3", "tf32x3", "tf32x3", True)
+        return BwdPrecision("f16x3", "tf32x3", "f16x3", True)
     if dtype == torch.float16:
         return BwdPrecision("tf32rn", "tf32x3", "tf32rn", True)
     return BwdPrecision("tf32", "tf32" if gate == 2 else "tf32split", "tf32", False)

@@ -52,8 +52,9 @@ from triton_kda.state_cp import (
     _kda_state_cp_bwd_map_kernel,
     _kda_state_cp_fwd_chain_kernel,
     _kda_state_cp_fwd_map_kernel,
+    state_shape,
 )
-from triton_kda.wy import IntraOut, wy_recompute
+from triton_kda.wy import IntraOut, pairs, wy_recompute
 
 LAYOUTS = ("contiguous", "zigzag")
 
@@ -344,10 +345,6 @@ def _chain_order(gathered: torch.Tensor, world_size: int, per_rank: int) -> torc
     return torch.cat([g[:, 0], g[:, 1].flip(0)])
 
 
-def _state_shape(n: int, HV: int, K: int, V: int, state_v_first: bool) -> tuple:
-    return (n, HV, V, K) if state_v_first else (n, HV, K, V)
-
-
 def _exported(parts: tuple, which: str) -> tuple[int, int]:
     """(first buffer slot, count) of the parts that export a forward ('post') or reverse ('pre') map: the exporting
     parts are always a contiguous run of this rank's (at most two) parts."""
@@ -355,13 +352,19 @@ def _exported(parts: tuple, which: str) -> tuple[int, int]:
     return (idx[0] if idx else 0), len(idx)
 
 
+def _rows(intra: IntraOut) -> torch.Tensor:
+    """The map kernels' rs argument: intra's row factors where w, qg, kg are fp16 pairs, else a placeholder."""
+    return intra.rs if pairs(intra) else intra.gl
+
+
 def _export(kernel, inputs: tuple, state, which: str, V: int, plan, cp: CPPlan, tables: tuple, BT: int, *,
-            state_v_first: bool, prec: str):
+            state_v_first: bool, prec: str, pair: bool):
     """Launch `kernel` (state_cp's forward or reverse map kernel) over the sequences this rank exports (the last
     sequence of each part with `post` > 0, or the first of each with `pre` > 0: `which`) into a fixed-size
     [parts, HV, K, K + V] fp32 buffer, and start the all-gather of every rank's buffer; returns (gathered, work).
-    inputs: the kernel's leading tensors, the first [TT, HV, K]; state: the local initial states / final-state
-    gradients or None; tables: the kernel's (piece_seq, seq_pieces, map_pieces)."""
+    inputs: the kernel's leading tensors, the first [TT, HV, K]; pair: whether they hold fp16 pairs (`wy.IntraOut`);
+    state: the local initial states / final-state gradients or None; tables: the kernel's (piece_seq, seq_pieces,
+    map_pieces)."""
     HV, K = inputs[0].shape[1:]
     dev = inputs[0].device
     arch = arch_of(dev)
@@ -371,11 +374,11 @@ def _export(kernel, inputs: tuple, state, which: str, V: int, plan, cp: CPPlan, 
     s0, nm = _exported(cp.parts, which)
     if nm:
         # positional constexprs, in the same order in both kernels: HV, K, V, BT, BK, BC, NKB, HAS_H0 / HAS_DHT,
-        # V_FIRST, IS_BF16, PREC
+        # V_FIRST, IS_BF16, PREC, PAIRS
         kernel[(nkb + cdiv(V, cfg.BC), nm, HV)](
             *inputs, state if state is not None else buf, buf[s0:], plan.cu_seqlens, plan.chunk_offsets, *tables,
             HV, K, V, BT, _kpad(K, arch), cfg.BC, nkb, state is not None, state_v_first,
-            inputs[0].dtype == torch.bfloat16, prec, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            inputs[0].dtype == torch.bfloat16, prec, pair, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
     gathered = torch.empty(cp.world_size * buf.shape[0], *buf.shape[1:], device=dev, dtype=buf.dtype)
     return gathered, _all_gather(gathered, buf, cp.group, async_op=True)
@@ -389,7 +392,7 @@ def _chain(kernel, maps: torch.Tensor, states: torch.Tensor, cp: CPPlan, chains:
     HV, K, V = maps.shape[1], maps.shape[2], maps.shape[3] - maps.shape[2]
     arch = arch_of(maps.device)
     cfg = cp_config(arch, K, V, 4)  # the chain blocks do not depend on the input dtype
-    out = torch.empty(_state_shape(cp.slots, HV, K, V, state_v_first), device=maps.device, dtype=torch.float32)
+    out = torch.empty(state_shape(cp.slots, HV, K, V, state_v_first), device=maps.device, dtype=torch.float32)
     for part, chain, row in zip(cp.parts, chains, rows, strict=True):
         if chain is None:
             continue
@@ -408,7 +411,7 @@ def _local_initial_states(initial_state, cp: CPPlan, n_local: int, HV: int, K: i
     if initial_state is not None:
         return initial_state.index_select(0, cp.ids.seq)
     if any(p.pre > 0 for p in cp.parts):
-        return torch.zeros(_state_shape(n_local, HV, K, V, state_v_first), device=device, dtype=torch.float32)
+        return torch.zeros(state_shape(n_local, HV, K, V, state_v_first), device=device, dtype=torch.float32)
     return None
 
 
@@ -442,10 +445,10 @@ class ChunkKDACPFunction(torch.autograd.Function):
                              h_dtype=grad_state_dtype(q.dtype) if keep else q.dtype)
 
         if cp.collective:
-            gathered, work = _export(_kda_state_cp_fwd_map_kernel, (intra.kg, intra.w, intra.u, intra.gl),
+            gathered, work = _export(_kda_state_cp_fwd_map_kernel, (intra.kg, intra.w, intra.u, intra.gl, _rows(intra)),
                                      h0 if initial_state is not None else None, "post", V, plan, cp,
                                      (tabs.piece_seq, tabs.fwd_first, tabs.fwd_maps), BT,
-                                     state_v_first=p.state_v_first, prec=prec)
+                                     state_v_first=p.state_v_first, prec=prec, pair=pairs(intra))
             if not needs_chain:
                 st = states()  # nothing here waits for other ranks: the state stage overlaps the all-gather
             work.wait()
@@ -485,7 +488,8 @@ class ChunkKDACPFunction(torch.autograd.Function):
             intra, h, v_new = IntraOut(*kept[:-2]), kept[-2], kept[-1]
         else:
             intra = wy_recompute(qf, kf, vf, gf, a_log, dt, *kept, p.scale, plan, BT,
-                                 use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"])
+                                 use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
+                                 use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"])
         # the local final-state gradient: the caller's rows of the local sequences (those of sequences continuing
         # on later ranks are replaced by the chain)
         needs_chain = any(part.post > 0 for part in cp.parts)
@@ -493,14 +497,14 @@ class ChunkKDACPFunction(torch.autograd.Function):
         if dht is not None:
             dht_local = dht.index_select(0, cp.ids.seq)
         elif needs_chain:
-            dht_local = torch.zeros(_state_shape(plan.N, HV, K, V, p.state_v_first), device=q.device,
+            dht_local = torch.zeros(state_shape(plan.N, HV, K, V, p.state_v_first), device=q.device,
                                     dtype=torch.float32)
         if cp.collective:
             gathered, work = _export(_kda_state_cp_bwd_map_kernel,
-                                     (intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, do_f),
+                                     (intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, _rows(intra), do_f),
                                      dht_local if dht is not None else None, "pre", V, plan, cp,
                                      (tabs.piece_seq, tabs.bwd_last, tabs.bwd_maps), BT,
-                                     state_v_first=p.state_v_first, prec=prec)
+                                     state_v_first=p.state_v_first, prec=prec, pair=pairs(intra))
         if not ctx.keep:
             # overlaps the all-gather
             st = state_fwd(intra, h0, plan, BT, V, output_final_state=False, state_v_first=p.state_v_first,

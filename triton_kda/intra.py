@@ -309,13 +309,15 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, BT: int, *,
         rstd_k=torch.empty(TT, HV, **f32) if store_aux else None,
         beta=torch.empty(TT, HV, **f32) if store_aux else None,
         Akk=torch.empty(TT, HV, BT, device=dev, dtype=a_dt) if store_aux else None,
+        rs=torch.empty(0, HV, **f32),
     )
     gate = gate_mode(use_gate_in_kernel, lower_bound)
 
     def launch(cfg):
         _kda_intra_fwd_kernel[(plan.NT, HV)](
             q, k, v, g, beta, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
-            *(x if x is not None else out.Aqk for x in out), plan.cu_seqlens, plan.chunk_indices, scale,
+            # every IntraOut field but rs (this kernel writes no pairs)
+            *(x if x is not None else out.Aqk for x in out[:-1]), plan.cu_seqlens, plan.chunk_indices, scale,
             lower_bound if lower_bound is not None else 0.0,
             H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV,
             USE_L2NORM=use_qk_l2norm_in_kernel, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
@@ -755,7 +757,8 @@ def intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WY
         return dbeta, dW
 
     key = ("intra_bwd", arch, q.dtype, h.dtype, K, V, BT, H, HV, pow2_ceil(plan.NT), gate, span)
-    cfg = tuned(key, intra_bwd_config(arch, K, V, span), intra_bwd_candidates(arch, K, V), launch)
+    table = intra_bwd_config(arch, K, V, span, prec_state == "f16x3")
+    cfg = tuned(key, table, intra_bwd_candidates(arch, K, V), launch)
     dbeta, dW = launch(cfg)
     return IntraLocalOut(dq, dk, dD, dW, dbeta, cfg.BC if span else 0)
 

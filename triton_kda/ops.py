@@ -37,7 +37,9 @@ from triton_kda import backends
 from triton_kda._validate import KDAProblem, seqlens_on_cpu
 from triton_kda.chunk_bwd import chunk_bwd
 from triton_kda.chunk_fwd import intra_stage, plan_chunks, saved_intermediates
+from triton_kda.configs import arch_of, cdiv, fp32_pairs
 from triton_kda.state import grad_state_dtype, state_fwd
+from triton_kda.state_cp import checkpoint_chunks, state_shape
 from triton_kda.wy import IntraOut, wy_recompute
 
 BACKEND_OP = "chunk_kda_fwd"
@@ -87,14 +89,22 @@ def kda_flags(lower_bound: float | None, output_final_state: bool, use_qk_l2norm
 
 
 def _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan, *, output_final_state: bool,
-            store_h: bool, store_v_new: bool, h_dtype: torch.dtype, store_aux: bool):
+            store_h: bool, store_v_new: bool, h_dtype: torch.dtype, store_aux: bool, ckpt_every: int):
     """Run the intra and state forward stages on [B, T, ...] inputs; returns (IntraOut, StateOut)."""
     BT = p.chunk_size
     intra = intra_stage(q, k, v, g, beta, A_log, dt_bias, p.scale, plan, BT, flags, store_aux=store_aux)
     st = state_fwd(intra, initial_state.contiguous() if initial_state is not None else None, plan, BT, v.shape[-1],
                    output_final_state=output_final_state, state_v_first=p.state_v_first, store_h=store_h,
-                   store_v_new=store_v_new, h_dtype=h_dtype)
+                   store_v_new=store_v_new, h_dtype=h_dtype, ckpt_every=ckpt_every)
     return intra, st
+
+
+def _kept_states_shape(B: int, T: int, HV: int, K: int, V: int, BT: int, elem_size: int, device: torch.device,
+                       state_v_first: bool) -> tuple:
+    """Shape of the states a fixed-length training forward keeps for its backward (`checkpoint_chunks`): [P, HV, K,
+    V] ([P, HV, V, K] V-first), P = 0 where it keeps none."""
+    L = checkpoint_chunks((T,) * B, BT, HV, K, V, elem_size, device)
+    return state_shape(B * max(1, cdiv(cdiv(T, BT), L)) if L else 0, HV, K, V, state_v_first)
 
 
 def fwd_impl(
@@ -111,8 +121,9 @@ def fwd_impl(
     Returns ``(o, final_state, h, saved)``: o ``[B, T, HV, V]`` in q's dtype; final_state ``[N, HV, K, V]`` fp32
     (``[N, HV, V, K]`` with state_v_first), an empty fp32 tensor without ``output_final_state``; h ``[B, NT / B, HV,
     K, V]`` in q's dtype (NT chunks in all; V-first likewise) with ``return_intermediate_states``, else empty; saved:
-    what the backward reads (empty without grad; Aqk, rstd_q, rstd_k, beta, Akk; with disable_recompute every
-    `IntraOut` field, then h in `grad_state_dtype` and v_new)."""
+    what the backward reads (empty without grad; Aqk, rstd_q, rstd_k, beta, Akk and the kept states
+    (`state_fwd`'s ckpt_every; [0, HV, K, V] where none are kept); with disable_recompute every `IntraOut` field,
+    then h in `grad_state_dtype` and v_new)."""
     p = _problem(q, v, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, state_v_first)
     flags = kda_flags(lower_bound, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel,
                       use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate, disable_recompute,
@@ -128,12 +139,19 @@ def fwd_impl(
                 h[0] if return_intermediate_states else q.new_empty(0), [])
     B, T, HV, V = v.shape
     plan = plan_chunks(B, T, p.chunk_size, q.device, p.seqlens_cpu, cu_seqlens)
-    # disable_recompute keeps every intermediate (h in grad_state_dtype) instead of what the backward recomputes from
+    # disable_recompute keeps every intermediate (h in grad_state_dtype) instead of what the backward recomputes from;
+    # else a training forward also keeps its state every few chunks, where that lets the recompute run in parallel
     keep = disable_recompute and grad
+    recompute = grad and not keep
+    ckpt_every = checkpoint_chunks(plan.lens, p.chunk_size, HV, p.K, V, q.element_size(), q.device) if recompute else 0
     intra, st = _stages(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, plan,
                         output_final_state=output_final_state, store_h=return_intermediate_states or keep,
-                        store_v_new=keep, h_dtype=grad_state_dtype(q.dtype) if keep else q.dtype, store_aux=grad)
+                        store_v_new=keep, h_dtype=grad_state_dtype(q.dtype) if keep else q.dtype, store_aux=grad,
+                        ckpt_every=ckpt_every)
     saved = list(saved_intermediates(intra, st, keep=keep, grad=grad))
+    if recompute:
+        saved.append(st.kept if st.kept is not None
+                     else q.new_empty(state_shape(0, HV, p.K, V, state_v_first), dtype=torch.float32))
     h = st.h.view(B if cu_seqlens is None else 1, -1, *st.h.shape[1:]) if return_intermediate_states else None
     return (st.o.view(B, T, HV, V), st.final_state if output_final_state else _none(q),
             h if h is not None else q.new_empty(0), saved)
@@ -170,13 +188,18 @@ def _(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cp
         return q.new_empty(*shape, dtype=torch.float32)
 
     if keep:
+        rows = TT if dt == torch.float32 and fp32_pairs(arch_of(q.device), K) else 0  # IntraOut.rs
         saved = [q.new_empty(TT, HV, BT, dtype=a_dt), q.new_empty(TT, HV, K), q.new_empty(TT, HV, V),
                  q.new_empty(TT, HV, K), q.new_empty(TT, HV, K), f32(NT, HV, K), f32(TT, HV), f32(TT, HV),
-                 f32(TT, HV), q.new_empty(TT, HV, BT, dtype=a_dt),
+                 f32(TT, HV), q.new_empty(TT, HV, BT, dtype=a_dt), f32(rows, HV),
                  q.new_empty(NT, HV, *state, dtype=grad_state_dtype(dt)), q.new_empty(TT, HV, V)]
     elif grad:
+        if cu_seqlens is None and isinstance(B, int) and isinstance(T, int):
+            kept = _kept_states_shape(B, T, HV, K, V, BT, q.element_size(), q.device, state_v_first)
+        else:  # the kept states' count depends on the boundaries' values (or on a symbolic length)
+            kept = (torch.library.get_ctx().new_dynamic_size(), HV, *state)
         saved = [q.new_empty(TT, HV, BT, dtype=a_dt), f32(TT, HV), f32(TT, HV), f32(TT, HV),
-                 q.new_empty(TT, HV, BT, dtype=a_dt)]
+                 q.new_empty(TT, HV, BT, dtype=a_dt), f32(*kept)]
     else:
         saved = []
     return o, ht, h, saved
@@ -203,11 +226,13 @@ def bwd_impl(
     if disable_recompute:
         intra, h, v_new = IntraOut(*saved[:-2]), saved[-2], saved[-1]
     else:
-        intra = wy_recompute(_flat(q), _flat(k), _flat(v), _flat(g), a_log, dt, *saved, scale, plan, BT,
-                             use_gate_in_kernel=use_gate_in_kernel, lower_bound=lower_bound)
+        *aux, kept = saved
+        intra = wy_recompute(_flat(q), _flat(k), _flat(v), _flat(g), a_log, dt, *aux, scale, plan, BT,
+                             use_gate_in_kernel=use_gate_in_kernel, lower_bound=lower_bound,
+                             use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
         st = state_fwd(intra, initial_state.contiguous() if initial_state is not None else None, plan, BT, V,
                        output_final_state=False, state_v_first=state_v_first, store_h=True, store_v_new=True,
-                       h_dtype=grad_state_dtype(q.dtype), store_o=False)
+                       h_dtype=grad_state_dtype(q.dtype), store_o=False, start=kept if kept.shape[0] else None)
         h, v_new = st.h, st.v_new
     gr = chunk_bwd(
         _flat(do), dht.contiguous() if dht is not None else None, _flat(q), _flat(k), _flat(v), _flat(g),

@@ -70,13 +70,17 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                                              dict(ce, WY_OUT=False), ic.num_warps, ic.num_stages))
                 fc = wy_fwd_config(arch, K, V)
                 sig = {n: f"*{ty}" for n in ("q", "k", "v", "g", "w", "u", "qg", "kg")}
-                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "rstd_q", "rstd_k", "beta_act", "gl")})
+                sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "rstd_q", "rstd_k", "beta_act", "gl", "rs")})
                 sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "lower_bound": "fp32"})
+                pairs = dtype == torch.float32  # fp32 w, qg, kg as fp16 pairs (wy.IntraOut)
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=fc.BK, BV=fc.BV, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True,
-                          IS_BF16=is_bf16, PREC=prec)
+                          IS_BF16=is_bf16, PREC=prec, PAIRS=pairs, UNIT_ROWS=True)
                 specs.append(CompileSpec(f"wy_fwd K{K} V{V} BT{BT} {dname}", _kda_wy_fwd_kernel, sig, ce,
                                          fc.num_warps, fc.num_stages))
+                if pairs:  # the pairs' row bounds from a pass over q and k (no in-kernel l2norm)
+                    specs.append(CompileSpec(f"wy_fwd K{K} V{V} BT{BT} {dname} no-l2norm", _kda_wy_fwd_kernel, sig,
+                                             dict(ce, UNIT_ROWS=False), fc.num_warps, fc.num_stages))
                 es = 4 if dname == "fp32" else 2
                 for narrow in (False, True):  # the half-wide blocks of launches with few rows, where they differ
                     sc = state_config(arch, K, V, es, narrow)
@@ -84,22 +88,28 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                         continue
                     tag = " narrow" if narrow else ""
                     sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "u", "o", "v_new", "h")}
-                    sig.update({n: "*fp32" for n in ("gl", "h0", "ht")})
+                    sig.update({n: "*fp32" for n in ("gl", "rs", "h0", "ht", "ckpt")})
+                    sig["ckpt_slot"] = "*i32"
                     sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
                     sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
                     ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_H0=True, STORE_O=True,
-                              STORE_HT=True, STORE_H=True, STORE_VNEW=True, V_FIRST=False, IS_BF16=is_bf16, PREC=prec)
-                    specs.append(CompileSpec(f"state_fwd K{K} V{V} BT{BT} {dname}{tag}", _kda_state_fwd_kernel, sig,
-                                             ce, sc.num_warps, sc.num_stages))
+                              STORE_HT=True, STORE_H=True, STORE_VNEW=True, STORE_CKPT=True, V_FIRST=False,
+                              IS_BF16=is_bf16, PREC=prec)
+                    # fp32: plain w, qg, kg from the intra kernel (inference), fp16 pairs from the WY kernel
+                    for pair in (False, True) if pairs else (False,):
+                        specs.append(CompileSpec(f"state_fwd K{K} V{V} BT{BT} {dname}{tag}{' pairs' if pair else ''}",
+                                                 _kda_state_fwd_kernel, sig, dict(ce, PAIRS=pair), sc.num_warps,
+                                                 sc.num_stages))
+                    bwd_sc = state_config(arch, K, V, es, narrow, pair_bwd=pairs)
                     sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "do")}
-                    sig.update({n: "*fp32" for n in ("gl", "dht", "dv_new", "dh0")})
+                    sig.update({n: "*fp32" for n in ("gl", "rs", "dht", "dv_new", "dh0")})
                     sig["dh"] = "*bf16" if is_bf16 else "*fp32"  # grad_state_dtype
                     sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
                     sig.update({"cu_seqlens": "*i64", "chunk_offsets": "*i64"})
-                    ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=sc.BV, HAS_DHT=True, STORE_DH0=True,
-                              V_FIRST=False, IS_BF16=is_bf16, PREC=bprec)
+                    ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BV=bwd_sc.BV, HAS_DHT=True, STORE_DH0=True,
+                              V_FIRST=False, IS_BF16=is_bf16, PREC=bprec, PAIRS=pairs)
                     specs.append(CompileSpec(f"state_bwd K{K} V{V} BT{BT} {dname}{tag}", _kda_state_bwd_kernel, sig,
-                                             ce, sc.num_warps, sc.num_stages))
+                                             ce, bwd_sc.num_warps, bwd_sc.num_stages))
                 wc = wy_bwd_config(arch, K, V)
                 sig = {n: f"*{ty}" for n in ("k", "v", "v_new", "do", "dv")}
                 sig.update({n: "*fp32" for n in ("Gc", "rstd_k", "beta_act", "h", "dv_new", "dvb", "dAqk", "dL",
@@ -110,7 +120,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                           VIA_STATE=dtype == torch.float32, PREC=bprec)
                 specs.append(CompileSpec(f"wy_bwd K{K} V{V} BT{BT} {dname}", _kda_wy_bwd_kernel, sig, ce,
                                          wc.num_warps, wc.num_stages))
-                bc = intra_bwd_config(arch, K, V, bp.gate_span)
+                bc = intra_bwd_config(arch, K, V, bp.gate_span, bp.intra_state == "f16x3")
                 sig = {n: f"*{ty}" for n in ("q", "k", "v_new", "do")}
                 gate_terms = ("dD", "dW") if bp.gate_span else ("dE", "dF")
                 sig.update({n: "*fp32" for n in ("Gc", "gl", "rstd_q", "rstd_k", "beta_act", "dvb", "dAqk", "dL",
@@ -213,14 +223,16 @@ def _cp_specs(arch: int, K: int, V: int, BT: int, dname: str, ty: str, is_bf16: 
     ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BC=cc.BC, NKB=cdiv(K, cc.BC), V_FIRST=False,
               IS_BF16=is_bf16, PREC=prec)
     sig = {n: f"*{ty}" for n in ("kg", "w", "u")}
-    sig.update({n: "*fp32" for n in ("gl", "h0", "maps")}, **tables)
-    specs = [CompileSpec(f"cp_fwd_map K{K} V{V} BT{BT} {dname}", _kda_state_cp_fwd_map_kernel, sig,
-                         dict(ce, HAS_H0=True), cc.num_warps, cc.num_stages)]
+    sig.update({n: "*fp32" for n in ("gl", "rs", "h0", "maps")}, **tables)
+    pairs = dname == "fp32"  # fp32 kg, w as fp16 pairs from the WY kernel (training), or plain (inference)
+    specs = [CompileSpec(f"cp_fwd_map K{K} V{V} BT{BT} {dname}{' pairs' if pair else ''}",
+                         _kda_state_cp_fwd_map_kernel, sig, dict(ce, HAS_H0=True, PAIRS=pair), cc.num_warps,
+                         cc.num_stages) for pair in ((False, True) if pairs else (False,))]
     sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "Aqk", "do")}
     sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
-    sig.update({n: "*fp32" for n in ("gl", "dht", "maps")}, **tables)
+    sig.update({n: "*fp32" for n in ("gl", "rs", "dht", "maps")}, **tables)
     specs.append(CompileSpec(f"cp_bwd_map K{K} V{V} BT{BT} {dname}", _kda_state_cp_bwd_map_kernel, sig,
-                             dict(ce, HAS_DHT=True, PREC=bprec), cc.num_warps, cc.num_stages))
+                             dict(ce, HAS_DHT=True, PREC=bprec, PAIRS=pairs), cc.num_warps, cc.num_stages))
     if BT == 64:
         ce = dict(HV=8, K=K, V=V, BK=_kpad(K, arch), BV=cc.chain_BV, BKC=cc.chain_BKC, V_FIRST=False)
         for name, fn, state in (("cp_fwd_chain", _kda_state_cp_fwd_chain_kernel, ("h0", "init", "HAS_H0")),

@@ -29,7 +29,17 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from triton_kda._jit import _dot, _finite_or_zero, _op, _state_offsets
+from triton_kda._jit import (
+    _dot,
+    _finite_or_zero,
+    _load_pair,
+    _op,
+    _pair_dot,
+    _pair_tdot,
+    _row_factors,
+    _split16_cols,
+    _state_offsets,
+)
 from triton_kda.configs import _kpad, arch_of, capturing, cdiv, cp_config, sm_count, state_config, state_narrow
 
 ENV_MODE = "TRITON_KDA_INTRACARD_CP"
@@ -63,18 +73,18 @@ class PiecePlan(NamedTuple):
     NM: int                      # P - N, the number of piece maps
 
 
-def _cost_serial(nc: torch.Tensor, programs_per_chunk: int, slots: int) -> float:
-    return max(float(nc.max()), float(nc.sum()) * programs_per_chunk / slots)
+def _cost_serial(nc: tuple, programs_per_chunk: int, slots: int) -> float:
+    return max(max(nc), sum(nc) * programs_per_chunk / slots)
 
 
-def _cost_cp(nc: torch.Tensor, L: int, HV: int, nvb: int, nkb: int, neb: int, slots: int) -> float:
-    pieces = torch.clamp((nc + L - 1) // L, min=1)
-    split = int((pieces > 1).sum())
-    maps = int(pieces.sum()) - len(nc)
+def _cost_cp(nc: tuple, L: int, HV: int, nvb: int, nkb: int, neb: int, slots: int) -> float:
+    pieces = [max(1, (n + L - 1) // L) for n in nc]
+    split = sum(p > 1 for p in pieces)
+    maps = sum(pieces) - len(nc)
     map_programs = HV * (maps * neb + (maps - split) * nkb)
     t_map = max(L, map_programs * L / slots) * _MAP_STEP
-    t_main = max(float(torch.clamp(nc, max=L).max()), float(nc.sum()) * HV * nvb / slots)
-    return t_map + int(pieces.max()) * _CHAIN_STEP + t_main + _EXTRA_LAUNCHES
+    t_main = max(min(max(nc), L), sum(nc) * HV * nvb / slots)
+    return t_map + max(pieces) * _CHAIN_STEP + t_main + _EXTRA_LAUNCHES
 
 
 @functools.lru_cache(maxsize=256)
@@ -83,11 +93,10 @@ def _piece_chunks(nchunks: tuple, HV: int, serial_nvb: int, nvb: int, nkb: int, 
     """Piece length in chunks, or 0 for no split. nchunks: chunk count of each sequence; serial_nvb: V blocks of the
     serial kernel over the whole sequences (narrower where they are few, `configs.state_narrow`); nvb: those of the
     main pass over the pieces; nkb / neb: column blocks of M / E in the map kernels; slots: SMs x resident
-    programs."""
-    nc = torch.tensor(nchunks, dtype=torch.int64)
-    if mode == "0" or len(nc) == 0 or int(nc.max()) < 2:
+    programs. Plain Python on host ints (no tensors: the op's fake implementation runs it under FakeTensorMode)."""
+    if mode == "0" or not nchunks or max(nchunks) < 2:
         return 0
-    longest = int(nc.max())
+    longest = max(nchunks)
     if mode == "auto" and not forced and HV * serial_nvb > slots * _MAX_FILL:
         return 0
     if forced:
@@ -96,10 +105,10 @@ def _piece_chunks(nchunks: tuple, HV: int, serial_nvb: int, nvb: int, nkb: int, 
         lengths = tuple(L for L in _PIECE_CHUNKS if L < longest) or (max(1, longest // 2),)
     if not lengths:
         return 0
-    best = min(lengths, key=lambda L: _cost_cp(nc, L, HV, nvb, nkb, neb, slots))
+    best = min(lengths, key=lambda L: _cost_cp(nchunks, L, HV, nvb, nkb, neb, slots))
     if mode == "1":
         return best
-    gain = _cost_serial(nc, HV * serial_nvb, slots) / _cost_cp(nc, best, HV, nvb, nkb, neb, slots)
+    gain = _cost_serial(nchunks, HV * serial_nvb, slots) / _cost_cp(nchunks, best, HV, nvb, nkb, neb, slots)
     return best if gain >= _MIN_GAIN else 0
 
 
@@ -199,6 +208,79 @@ def plan_pieces(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int, d
     return _piece_plan(lens, BT, L, device)
 
 
+ENV_CKPT_CHUNKS = "TRITON_KDA_STATE_CKPT_CHUNKS"
+_CKPT_CHUNKS = (64, 32, 16, 8, 4)   # candidate checkpoint spacings, in chunks (the largest that balances is taken)
+
+
+class Checkpoints(NamedTuple):
+    """Where a training forward keeps its state every L chunks, from which its backward recomputes h and v_new in
+    parallel (`state.state_fwd` with `start`)."""
+    pieces: PiecePlan          # pieces of L chunks of every sequence; piece p starts from kept state p
+    slots: torch.Tensor        # [NT + P] int32: kept-state index of each chunk that starts a non-empty piece, else -1
+
+
+@functools.lru_cache(maxsize=256)
+def _ckpt_chunks(nchunks: tuple, programs_per_seq: int, slots: int) -> int:
+    """Checkpoint spacing in chunks (0: none) for sequences of `nchunks` chunks whose serial pass runs
+    `programs_per_seq` programs each on `slots` resident programs; plain Python, as `_piece_chunks`."""
+    if not nchunks or max(nchunks) <= min(_CKPT_CHUNKS):
+        return 0
+    fill = sum(nchunks) * programs_per_seq / slots   # chunk steps per slot once every slot is busy
+    L = next((L for L in _CKPT_CHUNKS if 2 * L <= fill and L < max(nchunks)), min(_CKPT_CHUNKS))
+    return L if _cost_serial(nchunks, programs_per_seq, slots) >= _MIN_GAIN * max(min(L, max(nchunks)), fill) else 0
+
+
+def checkpoint_chunks(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int, device: torch.device) -> int:
+    """Chunks between the states a training forward keeps for its backward (0: none; the backward then reruns the
+    forward's state pass, CP maps included). Where the forward splits into intra-card CP pieces, their length (the
+    recompute then runs those pieces from their kept start states, without the maps); else, where the serial
+    recompute would leave slots idle (`_cost_serial` against a full GPU by at least `_MIN_GAIN`), the largest spacing
+    whose pieces still fill the slots twice over. Host only. `TRITON_KDA_STATE_CKPT_CHUNKS` = n fixes the spacing (0:
+    never keep states)."""
+    forced = os.environ.get(ENV_CKPT_CHUNKS, "").strip()
+    if forced and not forced.isdigit():
+        raise ValueError(f"{ENV_CKPT_CHUNKS} must be a non-negative int (checkpoint spacing in chunks, 0: none), got "
+                         f"{forced!r}")
+    nchunks = tuple((n + BT - 1) // BT for n in lens)
+    if forced:
+        L = int(forced)
+        return L if L and nchunks and max(nchunks) > L else 0
+    L = piece_chunks(lens, BT, HV, K, V, elem_size, device)
+    if L:
+        return L
+    BV = state_config(arch_of(device), K, V, elem_size, state_narrow(len(lens) * HV, V, device)).BV
+    # 64-wide blocks (16-bit inputs, three stages) take one program per SM: counted as two, bf16 B2 T8192 H32 kept
+    # states every 16 chunks and ran fwd+bwd x1.011 slower (H100, docs/benchmarks/runs/2026-11-26_kept_states)
+    per_sm = 1 if BV >= 64 else _PROGRAMS_PER_SM
+    return _ckpt_chunks(nchunks, HV * cdiv(V, BV), sm_count(device) * per_sm)
+
+
+def _slot_table(pieces: PiecePlan, NT: int) -> torch.Tensor:
+    """[NT + P] int32: p at the first chunk of each non-empty piece p, -1 elsewhere among the first NT entries (the
+    kernel reads only those); entry NT + p takes empty piece p's write, so no entry is written twice. Device ops only
+    (no sync)."""
+    starts = pieces.chunk_offsets[:-1]
+    nonempty = pieces.cu_seqlens[1:] > pieces.cu_seqlens[:-1]
+    ar = torch.arange(pieces.N, device=starts.device)
+    slots = torch.full((NT + pieces.N,), -1, dtype=torch.int32, device=starts.device)
+    return slots.scatter_(0, torch.where(nonempty, starts, NT + ar), ar.to(torch.int32))
+
+
+@functools.lru_cache(maxsize=64)
+def _checkpoint_plan(lens: tuple, BT: int, L: int, NT: int, device: torch.device) -> Checkpoints:
+    pieces = _piece_plan(lens, BT, L, device)
+    return Checkpoints(pieces, _slot_table(pieces, NT))
+
+
+def plan_checkpoints(seqs, BT: int, L: int) -> Checkpoints:
+    """The `Checkpoints` of the sequences' `ChunkPlan` `seqs` every L chunks; cached by content, built on the device
+    during CUDA-graph capture (the graph then owns the tables)."""
+    if capturing(seqs.cu_seqlens.device):
+        pieces = _device_piece_plan(seqs, seqs.lens, BT, L)
+        return Checkpoints(pieces, _slot_table(pieces, seqs.NT))
+    return _checkpoint_plan(seqs.lens, BT, L, seqs.NT, seqs.cu_seqlens.device)
+
+
 @triton.jit
 def _piece_coords(cu_seqlens, chunk_offsets, piece_seq, map_pieces, i_j):
     """Piece p of map i_j, its sequence n, first token (int64), token count (int32) and first global chunk."""
@@ -226,15 +308,17 @@ def _map_columns(i_c, NKB: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: t
 
 @triton.jit
 def _kda_state_cp_fwd_map_kernel(
-    kg, w, u, gl, h0, maps,
+    kg, w, u, gl, rs, h0, maps,
     cu_seqlens, chunk_offsets, piece_seq, seq_pieces, map_pieces,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
     NKB: tl.constexpr, HAS_H0: tl.constexpr, V_FIRST: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):
     """Map (M, E) of piece map_pieces[j] over its chunks, S <- 2^G_last S + kg^T (u - w S):
     kg, w: [TT, HV, K]; u: [TT, HV, V]; gl: [NT, HV, K] fp32 (log2 units); h0: [N, HV, K, V] fp32 ([N, HV, V, K] if
     V_FIRST); maps: [NM, HV, K, K + V] fp32, columns [0, K) M (from the identity, u = 0), [K, K + V) E (from 0, or
-    from h0 on a sequence's first piece, whose M is not needed and not written). Grid (NKB + cdiv(V, BC), NM, HV)."""
+    from h0 on a sequence's first piece, whose M is not needed and not written). Grid (NKB + cdiv(V, BC), NM, HV).
+    With PAIRS, kg and w are fp16 pairs with row factors rs [TT, HV] (`wy.IntraOut`)."""
     i_c, i_j, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     p, i_n, bos, T, c_base = _piece_coords(cu_seqlens, chunk_offsets, piece_seq, map_pieces, i_j)
     first = tl.load(seq_pieces + i_n) == p
@@ -247,32 +331,47 @@ def _kda_state_cp_fwd_map_kernel(
     o_t = tl.arange(0, BT)
     for i_t in range(tl.cdiv(T, BT)):
         t0 = i_t * BT
-        p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-        p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-        b_vn = -_dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), _op(b_S, IS_BF16), None, PREC)
-        if is_e:
-            p_u = u + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
-            b_vn += tl.load(p_u, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0).to(tl.float32)
-        b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
-        b_S *= tl.exp2(b_gl)[:, None]
-        b_S += _dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)), _op(_finite_or_zero(b_vn), IS_BF16),
-                    None, PREC)
+        if PAIRS:
+            b_rs = _row_factors(rs, bos, i_hv, T, t0, HV, BT)
+            w_hi, w_lo = _load_pair(w, bos, i_hv, T, t0, HV, K, BT, BK)
+            s_hi, s_lo, s_dn = _split16_cols(b_S)
+            b_vn = -(_pair_dot(w_hi, w_lo, s_hi, s_lo, s_dn) * b_rs[:, None])
+            if is_e:
+                p_u = u + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
+                b_vn += tl.load(p_u, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0).to(tl.float32)
+            b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
+            b_S *= tl.exp2(b_gl)[:, None]
+            kg_hi, kg_lo = _load_pair(kg, bos, i_hv, T, t0, HV, K, BT, BK)
+            v_hi, v_lo, v_dn = _split16_cols(_finite_or_zero(b_vn) * b_rs[:, None])
+            b_S += _pair_dot(tl.trans(kg_hi), tl.trans(kg_lo), v_hi, v_lo, v_dn)
+        else:  # 16-bit inputs, or fp32 ones whose kg, w are plain
+            p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+            p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+            b_vn = -_dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), _op(b_S, IS_BF16), None, PREC)
+            if is_e:
+                p_u = u + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
+                b_vn += tl.load(p_u, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0).to(tl.float32)
+            b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
+            b_S *= tl.exp2(b_gl)[:, None]
+            b_S += _dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)),
+                        _op(_finite_or_zero(b_vn), IS_BF16), None, PREC)
     tl.store(maps + (i_j * HV + i_hv).to(tl.int64) * K * (K + V) + off_map, b_S, mask=m_kc)
 
 
 @triton.jit
 def _kda_state_cp_bwd_map_kernel(
-    qg, kg, w, Aqk, gl, do, dht, maps,
+    qg, kg, w, Aqk, gl, rs, do, dht, maps,
     cu_seqlens, chunk_offsets, piece_seq, seq_pieces, map_pieces,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
     NKB: tl.constexpr, HAS_DHT: tl.constexpr, V_FIRST: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):
     """Reverse map (M^T, F) of piece map_pieces[j], dS_start = M^T dS_end + F, over its chunks last to first:
     dv_new = Aqk^T do + kg dS;  dS <- 2^G_last dS + qg^T do - w^T dv_new.
     qg, kg, w: [TT, HV, K]; Aqk: [TT, HV, BT]; do: [TT, HV, V]; gl: [NT, HV, K] fp32; dht: [N, HV, K, V] fp32
     ([N, HV, V, K] if V_FIRST); maps: [NM, HV, K, K + V] fp32, columns [0, K) M^T (from the identity, do = 0),
     [K, K + V) F (from 0, or from dht on a sequence's last piece, whose M^T is not needed and not written).
-    Grid (NKB + cdiv(V, BC), NM, HV)."""
+    Grid (NKB + cdiv(V, BC), NM, HV). With PAIRS, qg, kg and w are fp16 pairs with row factors rs [TT, HV]."""
     i_c, i_j, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     p, i_n, bos, T, c_base = _piece_coords(cu_seqlens, chunk_offsets, piece_seq, map_pieces, i_j)
     last = tl.load(seq_pieces + i_n + 1) - 1 == p
@@ -287,19 +386,35 @@ def _kda_state_cp_bwd_map_kernel(
     for i_r in range(NC):
         i_t = NC - 1 - i_r
         t0 = i_t * BT
-        p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-        p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-        b_dvn = _dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), None, PREC)
-        b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
-        b_dS *= tl.exp2(b_gl)[:, None]
-        if is_e:
-            p_do = do + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
-            b_do = _op(tl.load(p_do, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0), IS_BF16)
-            p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-            p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-            b_dvn += _dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
-            b_dS += _dot(tl.trans(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
-        b_dS -= _dot(tl.trans(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16)), _op(b_dvn, IS_BF16), None, PREC)
+        if PAIRS:
+            b_rs = _row_factors(rs, bos, i_hv, T, t0, HV, BT)
+            kg_hi, kg_lo = _load_pair(kg, bos, i_hv, T, t0, HV, K, BT, BK)
+            s_hi, s_lo, s_dn = _split16_cols(b_dS)
+            b_dvn = _pair_dot(kg_hi, kg_lo, s_hi, s_lo, s_dn) * b_rs[:, None]
+            b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
+            b_dS *= tl.exp2(b_gl)[:, None]
+            if is_e:
+                p_do = do + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
+                b_do = tl.load(p_do, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0).to(tl.float32)
+                p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT),
+                                        (1, 0))
+                b_dvn += _dot(tl.trans(tl.load(p_A, boundary_check=(0, 1))), b_do, None, PREC)
+                b_dS += _pair_tdot(qg, b_rs, b_do, bos, i_hv, T, t0, HV, K, BT, BK)
+            b_dS -= _pair_tdot(w, b_rs, b_dvn, bos, i_hv, T, t0, HV, K, BT, BK)
+        else:  # 16-bit inputs, or fp32 ones whose qg, kg, w are plain
+            p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+            p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+            b_dvn = _dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), None, PREC)
+            b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
+            b_dS *= tl.exp2(b_gl)[:, None]
+            if is_e:
+                p_do = do + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
+                b_do = _op(tl.load(p_do, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0), IS_BF16)
+                p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
+                p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+                b_dvn += _dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
+                b_dS += _dot(tl.trans(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
+            b_dS -= _dot(tl.trans(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16)), _op(b_dvn, IS_BF16), None, PREC)
     tl.store(maps + (i_j * HV + i_hv).to(tl.int64) * K * (K + V) + off_map, b_dS, mask=m_kc)
 
 
@@ -393,14 +508,16 @@ def _kda_state_cp_bwd_chain_kernel(
                 b_dS = _chain_step(map_j, p_dS, b_F, i_v, K, V, BK, BV, BKC, V_FIRST)
 
 
-def _state_shape(pieces: int, HV: int, K: int, V: int, state_v_first: bool) -> tuple:
-    return (pieces, HV, V, K) if state_v_first else (pieces, HV, K, V)
+def state_shape(n: int, HV: int, K: int, V: int, state_v_first: bool) -> tuple:
+    """Shape of n fp32 states: [n, HV, K, V], or [n, HV, V, K] with V-first states."""
+    return (n, HV, V, K) if state_v_first else (n, HV, K, V)
 
 
-def cp_initial_states(kg, w, u, gl, h0, seqs, pieces: PiecePlan, BT: int, *, state_v_first: bool,
+def cp_initial_states(kg, w, u, gl, rs, h0, seqs, pieces: PiecePlan, BT: int, *, state_v_first: bool,
                       prec: str) -> torch.Tensor:
     """Start state of every piece: [P, HV, K, V] fp32 ([P, HV, V, K] with state_v_first).
-    kg, w: [TT, HV, K]; u: [TT, HV, V]; gl: [NT, HV, K] fp32; h0: None or [N, HV, K, V] fp32 (V-first likewise);
+    kg, w: [TT, HV, K] (fp16 pairs where rs [TT, HV] is not empty: `wy.IntraOut`); u: [TT, HV, V]; gl: [NT, HV, K]
+    fp32; h0: None or [N, HV, K, V] fp32 (V-first likewise);
     seqs: the ChunkPlan of the sequences."""
     TT, HV, K = w.shape
     V = u.shape[-1]
@@ -409,13 +526,14 @@ def cp_initial_states(kg, w, u, gl, h0, seqs, pieces: PiecePlan, BT: int, *, sta
     cfg = cp_config(arch, K, V, w.element_size())
     nkb = cdiv(K, cfg.BC)
     maps = torch.empty(pieces.NM, HV, K, K + V, device=dev, dtype=torch.float32)
-    init = torch.empty(_state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
+    init = torch.empty(state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
     common = dict(HV=HV, K=K, V=V, BK=_kpad(K, arch), V_FIRST=state_v_first)
     if pieces.NM:
         _kda_state_cp_fwd_map_kernel[(nkb + cdiv(V, cfg.BC), pieces.NM, HV)](
-            kg, w, u, gl, h0 if h0 is not None else init, maps,
+            kg, w, u, gl, rs if rs.numel() else gl, h0 if h0 is not None else init, maps,
             pieces.cu_seqlens, pieces.chunk_offsets, pieces.piece_seq, pieces.seq_pieces, pieces.fwd_maps,
             BT=BT, BC=cfg.BC, NKB=nkb, HAS_H0=h0 is not None, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
+            PAIRS=rs.numel() > 0,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **common,
         )
     _kda_state_cp_fwd_chain_kernel[(cdiv(V, cfg.chain_BV), seqs.N, HV)](
@@ -426,11 +544,12 @@ def cp_initial_states(kg, w, u, gl, h0, seqs, pieces: PiecePlan, BT: int, *, sta
     return init
 
 
-def cp_end_gradients(qg, kg, w, Aqk, gl, do, dht, seqs, pieces: PiecePlan, BT: int, *, state_v_first: bool,
+def cp_end_gradients(qg, kg, w, Aqk, gl, rs, do, dht, seqs, pieces: PiecePlan, BT: int, *, state_v_first: bool,
                      prec: str) -> torch.Tensor:
     """Gradient of the end state of every piece: [P, HV, K, V] fp32 ([P, HV, V, K] with state_v_first).
-    qg, kg, w: [TT, HV, K]; Aqk: [TT, HV, BT]; gl: [NT, HV, K] fp32; do: [TT, HV, V]; dht: None or [N, HV, K, V]
-    fp32 (V-first likewise); seqs: the ChunkPlan of the sequences."""
+    qg, kg, w: [TT, HV, K] (fp16 pairs where rs [TT, HV] is not empty: `wy.IntraOut`); Aqk: [TT, HV, BT]; gl:
+    [NT, HV, K] fp32; do: [TT, HV, V]; dht: None or [N, HV, K, V] fp32 (V-first likewise); seqs: the ChunkPlan of
+    the sequences."""
     TT, HV, K = w.shape
     V = do.shape[-1]
     dev = w.device
@@ -438,13 +557,14 @@ def cp_end_gradients(qg, kg, w, Aqk, gl, do, dht, seqs, pieces: PiecePlan, BT: i
     cfg = cp_config(arch, K, V, w.element_size())
     nkb = cdiv(K, cfg.BC)
     maps = torch.empty(pieces.NM, HV, K, K + V, device=dev, dtype=torch.float32)
-    dend = torch.empty(_state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
+    dend = torch.empty(state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
     common = dict(HV=HV, K=K, V=V, BK=_kpad(K, arch), V_FIRST=state_v_first)
     if pieces.NM:
         _kda_state_cp_bwd_map_kernel[(nkb + cdiv(V, cfg.BC), pieces.NM, HV)](
-            qg, kg, w, Aqk, gl, do, dht if dht is not None else dend, maps,
+            qg, kg, w, Aqk, gl, rs if rs.numel() else gl, do, dht if dht is not None else dend, maps,
             pieces.cu_seqlens, pieces.chunk_offsets, pieces.piece_seq, pieces.seq_pieces, pieces.bwd_maps,
             BT=BT, BC=cfg.BC, NKB=nkb, HAS_DHT=dht is not None, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
+            PAIRS=rs.numel() > 0,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **common,
         )
     _kda_state_cp_bwd_chain_kernel[(cdiv(V, cfg.chain_BV), seqs.N, HV)](

@@ -7,20 +7,20 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda._jit import _chunk_rows, _dot, _dot_exact, _op, _state_offsets, _tf32_operand
-from triton_kda.configs import arch_of, precision_of, wy_bwd_config, wy_fwd_config
+from triton_kda._jit import _chunk_rows, _dot, _dot_split, _op, _pow2_scale, _split_operand, _state_offsets, _store_pair
+from triton_kda.configs import arch_of, fp32_pairs, precision_of, wy_bwd_config, wy_fwd_config
 from triton_kda.gate import _gate_cumsum, gate_mode
 
 
 @triton.jit
 def _kda_wy_fwd_kernel(
     q, k, v, g, A_log, dt_bias, rstd_q, rstd_k, beta_act, Akk,
-    w, u, qg, kg, gl,
+    w, u, qg, kg, gl, rs,
     cu_seqlens, chunk_indices, scale, lower_bound,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, IS_BF16: tl.constexpr,
-    PREC: tl.constexpr,
+    PREC: tl.constexpr, PAIRS: tl.constexpr, UNIT_ROWS: tl.constexpr,
 ):
     """The backward's recompute of the intra forward's products from its saved Akk: one program per (chunk, v-head).
         w = Akk (beta kn 2^G),  u = Akk (beta v),  qg = scale qn 2^G,  kg = kn 2^(G_last - G)
@@ -28,7 +28,11 @@ def _kda_wy_fwd_kernel(
     as `_kda_intra_fwd_kernel` stored them. Writes w, qg, kg [TT, HV, K] and u [TT, HV, V] in the input dtype and
     gl [NT, HV, K] fp32, bit for bit as the forward did: G is recomputed with the forward's K slices (a cumsum's
     rounding follows its tile), and the products' operands are rounded to the input dtype as the forward's parked
-    ones were."""
+    ones were. With PAIRS (fp32 inputs) w, qg and kg are written as fp16 pairs (`_jit._store_pair`) of their rows
+    times 2^s, and rs [TT, HV] fp32 gets 2^-s: s puts a bound of the row's magnitude (|q| rq scale, |k| rk and
+    |Akk| (beta |k| rk) row by row; 2^G <= 1 as g <= 0) in [2^14, 2^15), so the state passes read them without
+    splitting them again. UNIT_ROWS (in-kernel l2norm: |q| rq, |k| rk <= 1) takes 1 for those maxima instead of a
+    pass over q and k."""
     i_t, i_hv = tl.program_id(0), tl.program_id(1)
     i_h = i_hv // (HV // H)
     bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
@@ -37,7 +41,24 @@ def _kda_wy_fwd_kernel(
     b_rk = tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)
     b_beta = tl.load(beta_act + p_row_hv, mask=m_t, other=0.0)
     p_A = tl.make_block_ptr(Akk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-    b_Xop = _tf32_operand(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16), PREC)
+    b_Xhi, b_Xlo = _split_operand(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16), PREC)
+    if PAIRS:
+        if UNIT_ROWS:
+            b_qm = tl.full([BT], 1.0, dtype=tl.float32)
+            b_km = tl.full([BT], 1.0, dtype=tl.float32)
+        else:
+            b_qm = tl.zeros([BT], dtype=tl.float32)
+            b_km = tl.zeros([BT], dtype=tl.float32)
+            for i_k in range(tl.cdiv(K, BK)):
+                p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK),
+                                        (1, 0))
+                p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK),
+                                        (1, 0))
+                b_qm = tl.maximum(b_qm, tl.max(tl.abs(tl.load(p_q, boundary_check=(0, 1))), 1) * b_rq)
+                b_km = tl.maximum(b_km, tl.max(tl.abs(tl.load(p_k, boundary_check=(0, 1))), 1) * b_rk)
+        b_wm = tl.sum(tl.abs(b_Xhi) * (b_beta * b_km)[None, :], 1)
+        b_up, b_down = _pow2_scale(tl.maximum(tl.maximum(b_qm * scale, b_km), b_wm))
+        tl.store(rs + p_row_hv, b_down, mask=m_t)
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
@@ -53,21 +74,28 @@ def _kda_wy_fwd_kernel(
         p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         b_wop = (b_k * b_beta[:, None] * b_eG).to(p_w.dtype.element_ty)
-        tl.store(p_w, _dot_exact(b_Xop, _op(b_wop, IS_BF16), None, PREC).to(p_w.dtype.element_ty),
-                 boundary_check=(0, 1))
-        tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
-        tl.store(p_kg, tl.where(m_t[:, None], b_k * tl.exp2(b_Gl[None, :] - b_G), 0.0).to(p_kg.dtype.element_ty),
-                 boundary_check=(0, 1))
+        b_w = _dot_split(b_Xhi, b_Xlo, _op(b_wop, IS_BF16), None, PREC)
+        b_kg = tl.where(m_t[:, None], b_k * tl.exp2(b_Gl[None, :] - b_G), 0.0)
+        if PAIRS:
+            _store_pair(w, b_w * b_up[:, None], bos, i_hv, T, t0, i_k * BK, HV, K, BT, BK)
+            _store_pair(qg, b_q * b_eG * b_up[:, None], bos, i_hv, T, t0, i_k * BK, HV, K, BT, BK)
+            _store_pair(kg, b_kg * b_up[:, None], bos, i_hv, T, t0, i_k * BK, HV, K, BT, BK)
+        else:
+            tl.store(p_w, b_w.to(p_w.dtype.element_ty), boundary_check=(0, 1))
+            tl.store(p_qg, (b_q * b_eG).to(p_qg.dtype.element_ty), boundary_check=(0, 1))
+            tl.store(p_kg, b_kg.to(p_kg.dtype.element_ty), boundary_check=(0, 1))
     for i_v in range(tl.cdiv(V, BV)):
         p_v = tl.make_block_ptr(v + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         p_u = tl.make_block_ptr(u + (bos * HV + i_hv) * V, (T, V), (HV * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
         b_uop = (tl.load(p_v, boundary_check=(0, 1)).to(tl.float32) * b_beta[:, None]).to(p_u.dtype.element_ty)
-        tl.store(p_u, _dot_exact(b_Xop, _op(b_uop, IS_BF16), None, PREC).to(p_u.dtype.element_ty),
+        tl.store(p_u, _dot_split(b_Xhi, b_Xlo, _op(b_uop, IS_BF16), None, PREC).to(p_u.dtype.element_ty),
                  boundary_check=(0, 1))
 
 
 class IntraOut(NamedTuple):
-    """The intra stage's outputs, as `intra.intra_fwd` writes them and `wy_recompute` rebuilds them."""
+    """The intra stage's outputs, as `intra.intra_fwd` writes them and `wy_recompute` rebuilds them. Where rs is not
+    empty, w, qg and kg are fp16 pairs: their fp32 storage holds, per token and head, K fp16 values hi then K fp16
+    values lo, and row t of the tensor is (hi + lo) rs[t] (`pairs`, `_jit._store_pair`)."""
     Aqk: torch.Tensor               # [TT, HV, BT], scale included (bf16 for bf16 inputs, else fp32)
     w: torch.Tensor                 # [TT, HV, K]
     u: torch.Tensor                 # [TT, HV, V]
@@ -78,13 +106,18 @@ class IntraOut(NamedTuple):
     rstd_k: torch.Tensor | None     # [TT, HV] fp32 (aux)
     beta: torch.Tensor | None       # [TT, HV] fp32, activated (aux)
     Akk: torch.Tensor | None        # [TT, HV, BT] in Aqk's dtype, (I + L)^-1 (aux)
+    rs: torch.Tensor                # [TT, HV] fp32 row factors where w, qg, kg hold fp16 pairs (`wy_recompute` on
+                                    # fp32 inputs; `pairs`), else empty
 
 
 def wy_recompute(q, k, v, g, A_log, dt_bias, Aqk, rstd_q, rstd_k, beta_act, Akk, scale: float, plan,
-                 BT: int, *, use_gate_in_kernel: bool, lower_bound: float | None) -> IntraOut:
+                 BT: int, *, use_gate_in_kernel: bool, lower_bound: float | None,
+                 use_qk_l2norm_in_kernel: bool) -> IntraOut:
     """The backward's recompute of `intra_fwd`'s outputs from what the forward saved (Aqk, rstd_q, rstd_k, beta_act,
     Akk: the aux outputs), bit for bit: launches `_kda_wy_fwd_kernel` on (NT, HV). q, k: [TT, H, K]; v: [TT, HV, V];
-    g: [TT, HV, K] (contiguous, flattened); A_log [HV] and dt_bias [HV * K] or None."""
+    g: [TT, HV, K] (contiguous, flattened); A_log [HV] and dt_bias [HV * K] or None. fp32 inputs get w, qg, kg as
+    fp16 pairs with row factors rs (the kernel's PAIRS; `configs.fp32_pairs`), which only the state passes and their
+    CP maps read."""
     TT, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     dev, dt = q.device, q.dtype
@@ -92,16 +125,24 @@ def wy_recompute(q, k, v, g, A_log, dt_bias, Aqk, rstd_q, rstd_k, beta_act, Akk,
     w, qg, kg = (torch.empty(TT, HV, K, device=dev, dtype=dt) for _ in range(3))
     u = torch.empty(TT, HV, V, device=dev, dtype=dt)
     gl = torch.empty(plan.NT, HV, K, device=dev, dtype=torch.float32)
+    pair = dt == torch.float32 and fp32_pairs(arch_of(dev), K)
+    rs = torch.empty(TT if pair else 0, HV, device=dev, dtype=torch.float32)
     gate = gate_mode(use_gate_in_kernel, lower_bound)
     _kda_wy_fwd_kernel[(plan.NT, HV)](
         q, k, v, g, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q, rstd_q, rstd_k,
-        beta_act, Akk, w, u, qg, kg, gl, plan.cu_seqlens, plan.chunk_indices, scale,
+        beta_act, Akk, w, u, qg, kg, gl, rs if pair else gl, plan.cu_seqlens, plan.chunk_indices, scale,
         lower_bound if lower_bound is not None else 0.0,
         H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, GATE=gate, HAS_A_LOG=gate > 0 and A_log is not None,
         HAS_DT_BIAS=gate > 0 and dt_bias is not None, IS_BF16=dt == torch.bfloat16, PREC=precision_of(dt),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        PAIRS=pair, UNIT_ROWS=use_qk_l2norm_in_kernel, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    return IntraOut(Aqk=Aqk, w=w, u=u, qg=qg, kg=kg, gl=gl, rstd_q=rstd_q, rstd_k=rstd_k, beta=beta_act, Akk=Akk)
+    return IntraOut(Aqk=Aqk, w=w, u=u, qg=qg, kg=kg, gl=gl, rstd_q=rstd_q, rstd_k=rstd_k, beta=beta_act, Akk=Akk,
+                    rs=rs)
+
+
+def pairs(intra: IntraOut) -> bool:
+    """Whether intra's w, qg and kg are fp16 pairs (see `IntraOut`)."""
+    return intra.rs.numel() > 0
 
 
 @triton.jit

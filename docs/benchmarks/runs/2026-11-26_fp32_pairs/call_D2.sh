@@ -1,0 +1,14 @@
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD TRITON_CACHE_DIR=/tmp/tc TRITON_KDA_CUDA_CACHE=$PWD/.var/cuda_cache
+S=docs/benchmarks/scripts
+mkdir -p $OUT/r
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/r/gpu.txt
+X=.var/x
+timeout 300 python3 $S/bwd_variants.py --pkg base=$X:triton_kda_base --pkg wy=$X:triton_kda_wyc --pkg pairs=$X:triton_kda_pairs --shapes B1-T8192-H16,B2-T8192-H32,B1-T32768-H8,B1-T8192-H16-K256 --dtypes fp32 --rounds 3 --profile B1-T8192-H16:fp32,B2-T8192-H32:fp32 > $OUT/r/variants.txt 2>&1
+echo "rc=$?" >> $OUT/r/variants.txt
+grep -v -- "---" $OUT/r/variants.txt | grep "^|" | head -30; tail -1 $OUT/r/variants.txt
+timeout 120 python3 -m triton_kda.check.cli --full --filter fp32 --no-fla --jobs 8 --out $OUT/r/chk > $OUT/r/kda-check.txt 2>&1
+echo "rc=$?" >> $OUT/r/kda-check.txt; tail -3 $OUT/r/kda-check.txt
+timeout 150 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_chunk_bwd.py tests/test_state_cp.py tests/test_cuda_graphs.py tests/test_compile.py > $OUT/r/pytest.txt 2>&1
+echo "rc=$?" >> $OUT/r/pytest.txt; tail -3 $OUT/r/pytest.txt
+cd $OUT && tar czf r.tgz r && rm -rf r
