@@ -351,7 +351,7 @@ def fp32_pairs(arch: int, K: int) -> bool:
     """Whether fp32 runs hand w, qg and kg to the state passes as fp16 pairs (`wy.IntraOut`): where tiles of K are
     at least 64 wide on GPUs (the state backward's pair products faulted with an illegal address at K = 32 on sm_90,
     triton 3.6; K = 64, 128 and 256 pass the fp32 kda-check grid there), and at every K in the interpreter, whose
-    tests run at small K. H100 fwd+bwd fp32 against 35928a2 (docs/benchmarks/runs/2026-11-26_fp32_pairs): B1 T8192
+    tests run at small K. H100 fwd+bwd fp32 against the code before (c3b4415 with kept states) (docs/benchmarks/runs/2026-11-26_fp32_pairs): B1 T8192
     H16 x0.932, B2 T8192 H32 x0.921, B1 T32768 H8 x0.886, B1 T8192 H16 K = V = 256 x0.616."""
     return arch == 0 or K > 32  # tiles of K (`_kpad`) >= 64; K may be a SymInt (the op's fake)
 
