@@ -3,17 +3,25 @@
 - `rel_rmse`, `max_abs`: the error measures every check reports (computed in fp64).
 - `make_inputs`: a seeded kwargs dict for `chunk_kda(**d)`, `kda_recurrent(**d)` and `kda_chunk(**d)`.
 - `case_id`: a readable id for a parameter set, e.g. `B2-T130-H2-HV4-K64-V32-fp32`.
+- `GATE_REGIMES`, `LAYOUTS`, `regime_inputs`: the in-kernel gate's input regimes, the sweep over which tests, kda-check
+  and `benchmarks.gate_regimes` hold our errors against fla's.
+- `pooled_errors`: every output and gradient of chunk_kda-like functions against the fp64 oracle, pooled over cases.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["GATE_MODES", "case_id", "make_inputs", "max_abs", "rel_rmse"]
+__all__ = ["GATE_MODES", "GATE_REGIMES", "LAYOUTS", "case_id", "cotangents", "environ", "make_inputs", "max_abs",
+           "oracle_case", "pooled_errors", "regime_inputs", "rel_rmse", "run_case"]
 
-GATE_MODES = ("logsigmoid", "safe", "strong", "raw", "masked")
+GATE_MODES = ("logsigmoid", "safe", "strong", "raw", "unsaturated", "masked")
+_RAW_MODES = ("raw", "unsaturated", "masked")
 
 
 def _pair(a: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,6 +122,8 @@ def make_inputs(
       -5 here); "strong": logsigmoid, with a quarter of the (sequence, head, channel) lanes at -20..-60 per step
       (decayed to nothing within one step); "raw": randn raw gate input for use_gate_in_kernel (only there), with
       A_log `[HV]` (log of U(1, 16)) and dt_bias `[HV * K]` (inverse softplus of dt in [1e-3, 1e-1]), both fp32;
+      "unsaturated": randn raw gate input with A_log and dt_bias ~ 0.1 randn (only with use_gate_in_kernel): A is
+      about 1, so the activation is far from saturating (with lower_bound -5 the log-decays spread over (-5, 0));
       "masked": raw gate input as fla's masked test draws it (only with use_gate_in_kernel): randn with half the
       entries -1000 (no decay there), A_log as "raw", dt_bias ~ randn, so the other steps decay strongly.
     - seqlens: varlen batch (B must be 1, T must equal sum(seqlens), zeros allowed): adds cu_seqlens `[N + 1]` int64
@@ -133,9 +143,9 @@ def make_inputs(
         gate = "raw" if use_gate_in_kernel else "logsigmoid"
     if gate not in GATE_MODES:
         raise ValueError(f"make_inputs: `gate` must be one of {GATE_MODES}, got {gate!r}")
-    if (gate in ("raw", "masked")) != use_gate_in_kernel:
+    if (gate in _RAW_MODES) != use_gate_in_kernel:
         raise ValueError(
-            f"make_inputs: gate modes 'raw' and 'masked' go with use_gate_in_kernel=True and only there, got "
+            f"make_inputs: gate modes {_RAW_MODES} go with use_gate_in_kernel=True and only there, got "
             f"gate={gate!r}, "
             f"use_gate_in_kernel={use_gate_in_kernel}"
         )
@@ -175,6 +185,10 @@ def make_inputs(
         g = torch.where(rand(B, T, HV, K) < 0.5, -1000.0, randn(B, T, HV, K))
         d["A_log"] = torch.log(1 + 15 * rand(HV))
         d["dt_bias"] = randn(HV * K)
+    elif gate == "unsaturated":
+        g = randn(B, T, HV, K)
+        d["A_log"] = 0.1 * randn(HV)
+        d["dt_bias"] = 0.1 * randn(HV * K)
     else:
         g = randn(B, T, HV, K)
         d["A_log"] = torch.log(1 + 15 * rand(HV))
@@ -203,3 +217,123 @@ def make_inputs(
         state_v_first=state_v_first,
     )
     return d
+
+
+# The in-kernel gate's input regimes: how the raw gate, A_log and dt_bias are drawn, and the activation's bound.
+GATE_REGIMES = {
+    "saturated": dict(gate="raw", lower_bound=-5.0),    # Kimi's draws: A (g + dt_bias) far below 0, gates near 0
+    "unsaturated": dict(gate="unsaturated", lower_bound=-5.0),  # A about 1: log-decays spread over (-5, 0)
+    "softplus": dict(gate="raw"),                       # -A softplus(g + dt_bias), no lower bound
+    "masked": dict(gate="masked"),                      # fla's masked test: half the raw gates -1000, softplus
+}
+# Layouts of the sweep: one sequence per row with H = HV, and GVA (HV = 4 H) over ragged varlen with an empty
+# sequence; both with an initial state and the final state's gradient.
+LAYOUTS = {
+    "heads": dict(B=1, T=512, H=4, HV=4),
+    "gva_varlen": dict(B=1, T=512, H=2, HV=8, seqlens=[200, 0, 64, 248]),
+}
+
+
+def regime_inputs(regime: str, layout: str, dtype: torch.dtype, seed: int, *, K: int = 128, V: int = 128,
+                  T: int | None = None, device: str | torch.device | None = None) -> dict:
+    """`make_inputs` for one point of the gate-regime sweep: `GATE_REGIMES[regime]` drawn on `LAYOUTS[layout]`, with
+    l2norm and the gate in the kernel, safe_gate where the gate has a lower bound, an fp32 initial state and the
+    final state as output. K, V and T (None: the layout's; varlen lengths scaled to it) size it down for the
+    interpreter."""
+    if regime not in GATE_REGIMES:
+        raise ValueError(f"regime_inputs: `regime` must be one of {sorted(GATE_REGIMES)}, got {regime!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"regime_inputs: `layout` must be one of {sorted(LAYOUTS)}, got {layout!r}")
+    shape = dict(LAYOUTS[layout])
+    if T is not None and T != shape["T"]:
+        if "seqlens" in shape:
+            lens = [n * T // shape["T"] for n in shape["seqlens"]]
+            lens[-1] += T - sum(lens)
+            shape["seqlens"] = lens
+        shape["T"] = T
+    gate = GATE_REGIMES[regime]
+    d = make_inputs(shape.pop("B"), shape.pop("T"), shape.pop("H"), shape.pop("HV"), K, V, dtype=dtype, device=device,
+                    use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, initial_state=True,
+                    output_final_state=True, seed=seed, **gate, **shape)
+    return d | {"safe_gate": gate.get("lower_bound") is not None}
+
+
+# the inputs a chunk_kda call differentiates, where a case has them
+LEAVES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
+
+
+def _leaves(d: dict) -> dict:
+    return {n: d[n].detach().clone().requires_grad_(True) for n in LEAVES if torch.is_tensor(d.get(n))}
+
+
+def _outputs_and_grads(o, ht, leaves: dict, do, dht) -> dict:
+    """o, the final state (where the case outputs it: dht not None) and every leaf's gradient."""
+    outs, cots = ([o, ht], [do, dht]) if dht is not None else ([o], [do])
+    grads = torch.autograd.grad(outs, list(leaves.values()), [c.to(x.dtype) for c, x in zip(cots, outs, strict=True)])
+    out = {"o": o.detach(), **({"ht": ht.detach()} if dht is not None else {})}
+    return {**out, **{n: g for n, g in zip(leaves, grads, strict=True)}}
+
+
+def run_case(fn: Callable, d: dict, do: torch.Tensor, dht: torch.Tensor | None) -> dict:
+    """{"o", "ht" (where dht is given), and each leaf's name: its gradient} of `fn(**d)` (a chunk_kda-like function
+    returning (o, final_state)) for the upstream gradients do (and dht)."""
+    leaves = _leaves(d)
+    o, ht = fn(**{**d, **leaves})[:2]
+    return _outputs_and_grads(o, ht, leaves, do, dht)
+
+
+def oracle_case(d: dict, do: torch.Tensor, dht: torch.Tensor | None) -> dict:
+    """`run_case` of the fp64 recurrent oracle on fp64 copies of the case's leaves."""
+    from reference.kda import kda_recurrent
+
+    ref = {k: v for k, v in d.items() if k not in ("safe_gate", "cu_seqlens_cpu")}
+    leaves = {n: t.double().requires_grad_(True) for n, t in _leaves(d).items()}
+    o, ht = kda_recurrent(**{**ref, **leaves})
+    return _outputs_and_grads(o, ht, leaves, do, dht)
+
+
+def cotangents(d: dict, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Seeded upstream gradients for case `d`: do (v's dtype) and, where the case outputs the final state, dht (fp32,
+    the state's shape [N, HV, K, V]; else None)."""
+    v = d["v"]
+    gen = torch.Generator(device=v.device).manual_seed(1000 + seed)
+    do = torch.randn(v.shape, generator=gen, device=v.device).to(v.dtype)
+    if not d.get("output_final_state"):
+        return do, None
+    cu = d.get("cu_seqlens")
+    N = cu.numel() - 1 if cu is not None else v.shape[0]
+    return do, torch.randn(N, v.shape[2], d["q"].shape[3], v.shape[3], generator=gen, device=v.device)
+
+
+@contextlib.contextmanager
+def environ(pairs: dict[str, str]) -> Iterator[None]:
+    """Set the environment variables `pairs` for the block, then restore what was there."""
+    saved = {k: os.environ.get(k) for k in pairs}
+    os.environ.update(pairs)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def pooled_errors(cases: list[dict], fns: dict[str, Callable | None],
+                  envs: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, float]]:
+    """{name: {tensor: relative RMSE}} of each function in `fns` (None entries skipped) against the fp64 oracle on
+    every output and gradient, pooled over `cases` (sum of squared errors over sum of squared references: one seed's
+    few elements of dA_log are too noisy to rank two kernels). Case i gets `cotangents(case, i)`. `envs[name]`:
+    environment variables set while that function runs forward and backward (say, a backend switch)."""
+    acc = {name: {} for name, fn in fns.items() if fn is not None}
+    for i, d in enumerate(cases):
+        do, dht = cotangents(d, i)
+        ref = oracle_case(d, do, dht)
+        for name in acc:
+            with environ((envs or {}).get(name, {})):
+                got = run_case(fns[name], d, do, dht)
+            for n, r in ref.items():
+                e0, r0 = acc[name].get(n, (0.0, 0.0))
+                acc[name][n] = (e0 + float((got[n].double() - r).square().sum()), r0 + float(r.square().sum()))
+    return {name: {n: (e / r) ** 0.5 if r > 0 else e ** 0.5 for n, (e, r) in a.items()} for name, a in acc.items()}

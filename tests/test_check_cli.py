@@ -6,20 +6,23 @@ import argparse
 import json
 import math
 import os
+from dataclasses import replace
 
 import pandas as pd
 import pytest
 import torch
 
+from reference.harness import GATE_REGIMES, LAYOUTS, regime_inputs
 from reference.kda import kda_recurrent
 from tests.utils import NoBackward
 from triton_kda.check import cli
 from triton_kda.check.baseline import FLOORS, compare_baseline, load_baseline, regressed, save_baseline
-from triton_kda.check.grid import CheckConfig, full_grid, quick_grid
+from triton_kda.check.grid import CheckConfig, full_grid, quick_grid, regime_grid
 from triton_kda.check.portability import PortabilityRow, WorkerStartError, default_jobs
 from triton_kda.check.runner import (
     Backend,
     Row,
+    _call_kwargs,
     available_backends,
     check_config,
     fla_sample,
@@ -600,10 +603,26 @@ def test_decode_configs_and_forward_only_backends():
     assert [r.tensor for r in rows] == ["o", "final_state"] and all(r.passed for r in rows)
 
 
-def test_fla_sample_is_the_bf16_kimi_configs():
-    sample = [c.id for c in full_grid() if fla_sample(c)]
-    assert len(sample) == 2 and all("bf16" in i and "safe_gate" in i and "l2norm" in i for i in sample)
-    assert any(c.seqlens is not None and c.HV > c.H for c in full_grid() if fla_sample(c))
+def test_fla_sample_is_every_bf16_gate_in_kernel_config():
+    grid = full_grid()
+    sample = [c for c in grid if fla_sample(c)]
+    assert {c.id for c in sample} == {c.id for c in grid if c.dtype == "bf16" and c.use_gate_in_kernel}
+    assert {c.gate for c in sample} >= {"raw", "unsaturated", "masked"}
+    assert any(c.seqlens is not None and c.HV > c.H for c in sample)
+    assert any(c.lower_bound is None for c in sample) and any(c.safe_gate for c in sample)
+
+
+def test_full_grid_holds_the_gate_regime_sweep():
+    """Every (regime, layout) of `reference.harness`'s sweep, in each dtype, on the inputs the tests draw."""
+    grid = full_grid(("bf16",))
+    for c in regime_grid():
+        assert replace(c, dtype="bf16") in grid
+    assert len(regime_grid()) == len(GATE_REGIMES) * len(LAYOUTS)
+    c = next(c for c in regime_grid() if c.gate == "unsaturated" and c.seqlens is not None)
+    d = regime_inputs("unsaturated", "gva_varlen", torch.float32, 0, device="cpu")
+    kw = _call_kwargs(c, torch.device("cpu"))
+    assert all(torch.equal(kw[n], d[n]) for n in ("q", "g", "A_log", "dt_bias", "initial_state", "cu_seqlens"))
+    assert kw["safe_gate"] == d["safe_gate"] and kw["lower_bound"] == d["lower_bound"]
 
 
 # ---------------------------------------------------------------- end to end: the real quick grid, one tiny config

@@ -5,6 +5,9 @@
   over several seeds (dA_log has only HV elements per seed, one seed is too noisy to rank two kernels).
 - Pre-gated flags in bf16 (g given as logsigmoid log decays, beta in (0, 1), l2norm): every output and gradient's
   error at most fla's, pooled over the seeds.
+- The gate-regime sweep (`reference.harness.GATE_REGIMES`: saturated, unsaturated, softplus and masked raw gates, on
+  one-sequence rows and GVA varlen, bf16 and fp16): every output and gradient's error at most fla's, pooled over the
+  seeds, with the default backward and (bf16) the Triton one forced.
 - fla's own masked varlen test in fp16 (90% of the raw gates -1000, A_log = log U(1, 16), dt_bias ~ randn): the
   gate parameters' gradients within 5e-3, and every output and gradient's error at most fla's, pooled over the
   seeds (H100, 2026-11-24, commit 64c58f2: o 4.8e-4 vs fla 5.3e-4, the closest dh0 2.51e-4 vs 2.62e-4 and ht
@@ -16,13 +19,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reference.kda import kda_recurrent
+from reference.harness import GATE_REGIMES, LAYOUTS, pooled_errors, regime_inputs
 from tests.utils import DEVICE, make_inputs
 from triton_kda import chunk_kda
 
 pytestmark = pytest.mark.gpu
 
-LEAVES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
 SEEDS = range(4)
 
 
@@ -30,71 +32,8 @@ def _fla():
     return pytest.importorskip("fla.ops.kda").chunk_kda
 
 
-def _leaves(d: dict) -> dict:
-    return {n: d[n].detach().clone().requires_grad_(True) for n in LEAVES if torch.is_tensor(d.get(n))}
-
-
-def _grads(o, ht, leaves: dict, do, dht) -> dict:
-    """o, the final state (where the case outputs it, dht then not None) and every leaf's gradient."""
-    outs, cots = ([o, ht], [do, dht]) if dht is not None else ([o], [do])
-    grads = torch.autograd.grad(outs, list(leaves.values()), [c.to(x.dtype) for c, x in zip(cots, outs, strict=True)])
-    out = {"o": o.detach(), **({"ht": ht.detach()} if dht is not None else {})}
-    return {**out, **{n: g for n, g in zip(leaves, grads, strict=True)}}
-
-
-def _run(fn, d: dict, do, dht) -> dict:
-    leaves = _leaves(d)
-    o, ht = fn(**{**d, **leaves})[:2]
-    return _grads(o, ht, leaves, do, dht)
-
-
-def _oracle(d: dict, do, dht) -> dict:
-    ref = {k: v for k, v in d.items() if k not in ("safe_gate", "cu_seqlens_cpu")}
-    leaves = {n: t.double().requires_grad_(True) for n, t in _leaves(d).items()}
-    o, ht = kda_recurrent(**{**ref, **leaves})
-    return _grads(o, ht, leaves, do, dht)
-
-
-def _sq_err(got: dict, ref: dict) -> dict:
-    """Per tensor: (||got - ref||^2, ||ref||^2) in fp64, to pool relative RMSE over seeds."""
-    return {n: (float((got[n].double() - ref[n]).square().sum()), float(ref[n].square().sum())) for n in ref}
-
-
-def _pooled(acc: dict) -> dict:
-    return {n: (e / r) ** 0.5 for n, (e, r) in acc.items()}
-
-
-def _add(acc: dict, sq: dict) -> None:
-    for n, (e, r) in sq.items():
-        e0, r0 = acc.get(n, (0.0, 0.0))
-        acc[n] = (e0 + e, r0 + r)
-
-
-def _cotangents(d: dict, seed: int):
-    """do (v's dtype) and, where the case outputs the final state, dht (fp32, the state's shape; else None)."""
-    gen = torch.Generator(device=DEVICE).manual_seed(1000 + seed)
-    do = torch.randn(d["v"].shape, generator=gen, device=DEVICE).to(d["v"].dtype)
-    if not d.get("output_final_state"):
-        return do, None
-    cu = d.get("cu_seqlens")
-    N = cu.numel() - 1 if cu is not None else d["v"].shape[0]
-    return do, torch.randn(N, d["v"].shape[2], d["q"].shape[3], d["v"].shape[3], generator=gen, device=DEVICE)
-
-
-def compare(cases, fns: dict) -> dict:
-    """Pooled rel RMSE vs the fp64 oracle of every output and gradient, per implementation: {name: {tensor: err}}
-    (`fns` maps a name to a chunk_kda-like function; None entries are skipped)."""
-    acc = {name: {} for name, fn in fns.items() if fn is not None}
-    for i, d in enumerate(cases):
-        do, dht = _cotangents(d, i)
-        ref = _oracle(d, do, dht)
-        for name in acc:
-            _add(acc[name], _sq_err(_run(fns[name], d, do, dht), ref))
-    return {name: _pooled(a) for name, a in acc.items()}
-
-
 def _compare(cases, fla) -> tuple[dict, dict]:
-    errs = compare(cases, {"ours": chunk_kda, "fla": fla})
+    errs = pooled_errors(cases, {"ours": chunk_kda, "fla": fla})
     return errs["ours"], errs.get("fla", {})
 
 
@@ -164,3 +103,24 @@ def test_fla_masked_varlen_fp16():
     if fla is not None:
         worse = [n for n in ours if ours[n] > theirs[n]]
         assert not worse, f"ours worse than fla on {worse} (ours / fla): " + _report(ours, theirs)
+
+
+SWEEP = [(r, lay, dt) for r in GATE_REGIMES for lay in LAYOUTS for dt in (torch.bfloat16, torch.float16)]
+# the backward each sweep case runs on: the default dispatch (the compiled sm90 chunk-local backward where it takes
+# the call: bf16 on sm_90) and the Triton kernels, forced
+BACKWARDS = {"default": {}, "triton_bwd": {"TRITON_KDA_SM90_BWD": "0"}}
+
+
+@pytest.mark.parametrize("regime, layout, dtype", SWEEP,
+                         ids=[f"{r}-{lay}-{str(dt).removeprefix('torch.')}" for r, lay, dt in SWEEP])
+def test_gate_regime_no_worse_than_fla(regime, layout, dtype):
+    """The gate-regime sweep (`reference.harness.GATE_REGIMES` on `LAYOUTS`, K = V = 128, l2norm, states): every
+    output and gradient's error at most fla's on the same inputs, pooled over SEEDS, with each backward."""
+    fla = _fla()
+    cases = [regime_inputs(regime, layout, dtype, s, device=DEVICE) for s in SEEDS]
+    backwards = BACKWARDS if dtype == torch.bfloat16 else {"default": {}}
+    errs = pooled_errors(cases, {**{b: chunk_kda for b in backwards}, "fla": fla}, envs=backwards)
+    theirs = errs.pop("fla")
+    worse = {b: [n for n in ours if ours[n] > theirs[n]] for b, ours in errs.items()}
+    assert not any(worse.values()), "ours worse than fla: " + "; ".join(
+        f"{b} on {w}: " + _report(errs[b], theirs) for b, w in worse.items() if w)

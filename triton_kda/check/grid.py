@@ -10,9 +10,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from reference.harness import GATE_MODES, case_id
+from reference.harness import GATE_MODES, GATE_REGIMES, LAYOUTS, case_id
 
-__all__ = ["CheckConfig", "DTYPES", "full_grid", "quick_grid"]
+__all__ = ["CheckConfig", "DTYPES", "full_grid", "quick_grid", "regime_grid"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -103,9 +103,25 @@ def quick_grid() -> list[CheckConfig]:
     ]
 
 
+def regime_grid() -> list[CheckConfig]:
+    """The gate-regime sweep (`reference.harness.GATE_REGIMES` on `LAYOUTS`, K = V = 128, l2norm, gate in kernel,
+    initial and final state): the inputs `regime_inputs(regime, layout, dtype, seed=0)` gives the tests."""
+    out = []
+    for gate in GATE_REGIMES.values():
+        for shape in LAYOUTS.values():
+            seqlens = tuple(shape["seqlens"]) if "seqlens" in shape else None
+            lb = gate.get("lower_bound")
+            out.append(CheckConfig(shape["B"], shape["T"], shape["H"], shape["HV"], 128, 128, seqlens=seqlens,
+                                   gate=gate["gate"], use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                                   lower_bound=lb, safe_gate=lb is not None, initial_state=True,
+                                   output_final_state=True))
+    return out
+
+
 def full_grid(dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")) -> list[CheckConfig]:
     """GPU-sized grid: K = V = 64/128, T around and well past the chunk, GVA, ragged varlen with an empty
-    sequence, every flag, both chunk sizes, three decode configs, each in every dtype of `dtypes`."""
+    sequence, every flag, both chunk sizes, three decode configs, and the gate-regime sweep (`regime_grid`), each in
+    every dtype of `dtypes`."""
     lb = dict(use_gate_in_kernel=True, lower_bound=-5.0, safe_gate=True)
     ht = dict(initial_state=True, output_final_state=True)
     seqlens = (1, 300, 0, 64, 700)
@@ -133,4 +149,4 @@ def full_grid(dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")) -> list[CheckC
         CheckConfig(4, 8, 2, 4, 128, 128, **ht),
         CheckConfig(1, 13, 2, 4, 128, 128, seqlens=(1, 4, 0, 8), use_gate_in_kernel=True, state_v_first=True, **ht),
     ]
-    return [replace(c, dtype=d) for d in dtypes for c in base]
+    return [replace(c, dtype=d) for d in dtypes for c in base + regime_grid()]
