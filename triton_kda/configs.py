@@ -351,8 +351,9 @@ def fp32_pairs(arch: int, K: int) -> bool:
     """Whether fp32 runs hand w, qg and kg to the state passes as fp16 pairs (`wy.IntraOut`): where tiles of K are
     at least 64 wide on GPUs (the state backward's pair products faulted with an illegal address at K = 32 on sm_90,
     triton 3.6; K = 64, 128 and 256 pass the fp32 kda-check grid there), and at every K in the interpreter, whose
-    tests run at small K. H100 fwd+bwd fp32 against the code before (c3b4415 with kept states) (docs/benchmarks/runs/2026-11-26_fp32_pairs): B1 T8192
-    H16 x0.932, B2 T8192 H32 x0.921, B1 T32768 H8 x0.886, B1 T8192 H16 K = V = 256 x0.616."""
+    tests run at small K. H100 fwd+bwd fp32 against the code before, c3b4415 with kept states
+    (docs/benchmarks/runs/2026-11-26_fp32_pairs): B1 T8192 H16 x0.932, B2 T8192 H32 x0.921, B1 T32768 H8 x0.886,
+    B1 T8192 H16 K = V = 256 x0.616."""
     return arch == 0 or K > 32  # tiles of K (`_kpad`) >= 64; K may be a SymInt (the op's fake)
 
 
@@ -374,7 +375,7 @@ class BwdPrecision(NamedTuple):
     gate_span: bool    # the gate gradient's spanning form (`_kda_intra_bwd_span_kernel`), else the E-form
 
 
-def bwd_precision_of(dtype: torch.dtype, gate: int = 0) -> BwdPrecision:
+def bwd_precision_of(dtype: torch.dtype) -> BwdPrecision:
     """fp32 inputs: the state, WY and chunk-local state-side products split in three fp16 products (`_jit._dot_f16x3`,
     half tf32x3's tensor-core time; H100 B1 T8192 H16 fwd+bwd 7.345 -> 6.864 ms, every fp32 kda-check row's error
     within 1.3x of tf32x3's, docs/benchmarks/runs/2026-11-26_f16x3), tf32x3 in the intra-chunk sums, whose
@@ -390,10 +391,13 @@ def bwd_precision_of(dtype: torch.dtype, gate: int = 0) -> BwdPrecision:
     gradient's cancelling sums amplify their rounding, not the A side's (dAqk, dL). H100, pre-gated bf16 B1 T256 H16
     without a state, 8 seeds: dg 4.07e-3 with TF32, 2.92e-3 split (tf32x3 there: 2.92e-3), fla 3.78e-3
     (docs/benchmarks/runs/2026-11-26_split_products); the interpreter, fp16 inputs on this form: dg 2.7e-3 with
-    rounded TF32, 4.4e-4 split, 3.8e-4 in fp32. Not with the lower-bound gate (`gate` 2, Kimi's: its gate gradient
-    is below fla's without, 5.2e-3 vs 7.0e-3), as in the compiled kernel (cuda_fast/csrc/kda_intra_bwd.cu)."""
+    rounded TF32, 4.4e-4 split, 3.8e-4 in fp32. Every gate form, as in the compiled kernel
+    (cuda_fast/csrc/kda_intra_bwd.cu): the lower-bound gate (Kimi's) kept single products until 2026-11-27, when its
+    unsaturated regime (A_log near 0: log-decays over (-5, 0)) showed the same loss (interpreter, fp16 inputs on this
+    form, T128 H2 K=V=64, 3 seeds: dg 2.5e-3 / ddt_bias 1.4e-2 with rounded TF32, 4.2e-4 / 3.8e-4 split, 4.1e-4 /
+    3.8e-4 in fp32; docs/benchmarks/runs/2026-11-27_gate_regimes)."""
     if dtype == torch.float32:
         return BwdPrecision("f16x3", "tf32x3", "f16x3", True)
     if dtype == torch.float16:
         return BwdPrecision("tf32rn", "tf32x3", "tf32rn", True)
-    return BwdPrecision("tf32", "tf32" if gate == 2 else "tf32split", "tf32", False)
+    return BwdPrecision("tf32", "tf32split", "tf32", False)
