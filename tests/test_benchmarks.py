@@ -305,9 +305,30 @@ def test_fla_prewarm_cli(capsys):
     from benchmarks import fla_prewarm
 
     args = fla_prewarm.build_parser().parse_args(["--shapes", "K256", "--flags", "kimi,pregated", "--workers", "4"])
-    assert (args.suite, args.shapes, args.flags, args.workers) == (["headdim"], ("K256",), ["kimi", "pregated"], 4)
+    assert (args.suite, args.shapes, args.flags, args.workers) == (None, ("K256",), ["kimi", "pregated"], 4)
+    assert fla_prewarm.build_parser().parse_args(["--gate-regimes", "bf16,fp16"]).gate_regimes == ["bf16", "fp16"]
     with pytest.raises(SystemExit, match="no shape"):
         fla_prewarm.main(["--shapes", "K512"])
+
+
+def test_fla_prewarm_workers_get_the_gate_regimes(monkeypatch, capsys):
+    from benchmarks import fla_prewarm
+
+    cmds = []
+
+    class Done:
+        returncode = 0
+
+        def wait(self, timeout=None):
+            return 0
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(fla_prewarm.subprocess, "Popen", lambda cmd: cmds.append(cmd) or Done())
+    assert fla_prewarm.main(["--gate-regimes", "fp16", "--workers", "2"]) == 0
+    assert all("--suite" not in c and c[c.index("--gate-regimes") + 1] == "fp16" for c in cmds) and len(cmds) == 2
+    assert "and the gate regimes in fp16" in capsys.readouterr().out
 
 
 def test_fla_prewarm_stops_its_workers_at_the_budget(monkeypatch, capsys):

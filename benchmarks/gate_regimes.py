@@ -1,0 +1,135 @@
+"""Errors over the in-kernel gate's input regimes: ours (each backward) against fla on the same inputs.
+
+    python -m benchmarks.gate_regimes [--regimes all] [--layouts all] [--dtypes bf16,fp16] [--seeds 4]
+                                      [--backwards default,triton_bwd] [--no-fla] [--tune-cache DIR] [--out DIR]
+
+The sweep is `reference.harness.GATE_REGIMES` (saturated, unsaturated, softplus, masked) on `LAYOUTS` (one sequence
+per row with H = HV; GVA varlen), K = V = 128, l2norm and the gate in the kernel, an initial state and the final
+state's gradient. For every (regime, layout, dtype) each implementation runs on the same `--seeds` inputs, and every
+output and gradient's relative RMSE against the fp64 recurrent oracle is pooled over them (`pooled_errors`).
+Implementations: ours with the default dispatch ("default": the compiled sm90 chunk-local backward where it takes
+the call), ours with the Triton backward forced ("triton_bwd", bf16 only: it is what every other dtype runs), and
+fla. The table gives each error and, per implementation of ours, its largest ratio to fla's; the summary says how
+many of our (case, implementation) rows are at or below fla's error on every tensor; the exit code is 1 if any is
+not. Without a GPU (CPU interpreter) pass small `--T/--K/--V`, fp16 and `--no-fla`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from benchmarks import tune_cache
+from benchmarks.cli import csv_choice, log, positive_int
+from reference.harness import GATE_REGIMES, LAYOUTS, pooled_errors, regime_inputs
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+BACKWARDS = {"default": {}, "triton_bwd": {"TRITON_KDA_SM90_BWD": "0"}}
+TENSORS = ("o", "ht", "q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
+
+
+def _all_or(choices: tuple[str, ...]):
+    parse = csv_choice((*choices, "all"))
+    return lambda text: list(choices) if "all" in parse(text) else parse(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gate_regimes", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--regimes", type=_all_or(tuple(GATE_REGIMES)), default=list(GATE_REGIMES))
+    p.add_argument("--layouts", type=_all_or(tuple(LAYOUTS)), default=list(LAYOUTS))
+    p.add_argument("--dtypes", type=csv_choice(tuple(DTYPES)), default=["bf16", "fp16"])
+    p.add_argument("--seeds", type=positive_int, default=4, help="inputs pooled per case (default 4)")
+    p.add_argument("--backwards", type=csv_choice(tuple(BACKWARDS)), default=list(BACKWARDS))
+    p.add_argument("--no-fla", action="store_true", help="ours only")
+    p.add_argument("--T", type=positive_int, help="tokens per row (default: the layout's, 512)")
+    p.add_argument("--K", type=positive_int, default=128)
+    p.add_argument("--V", type=positive_int, default=128)
+    p.add_argument("--tune-cache", type=Path, help="restore fla's autotuning from DIR first, save it back at the end")
+    p.add_argument("--out", type=Path, help="also write OUT/gate_regimes.md and OUT/gate_regimes.jsonl")
+    return p
+
+
+def _fla():
+    from fla.ops.kda import chunk_kda
+
+    return chunk_kda
+
+
+def run_case(regime: str, layout: str, dtype: str, args, fla) -> list[dict]:
+    """Rows (one per implementation) of pooled errors for one point of the sweep."""
+    from triton_kda import backend_report, chunk_kda
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    cases = [regime_inputs(regime, layout, DTYPES[dtype], s, K=args.K, V=args.V, T=args.T, device=device)
+             for s in range(args.seeds)]
+    backwards = {b: BACKWARDS[b] for b in args.backwards if dtype == "bf16" or b == "default"}
+    errs = pooled_errors(cases, {**{b: chunk_kda for b in backwards}, "fla": fla}, envs=backwards)
+    served = {}
+    for b, env in backwards.items():  # which chunk-local backward each of ours ran (one more call, reported)
+        pooled_errors(cases[:1], {b: chunk_kda}, envs={b: env})
+        served[b] = next((e.name for e in reversed(backend_report()) if e.op == "kda_intra_bwd"), "triton")
+    theirs = errs.get("fla")
+    rows = []
+    for impl, e in errs.items():
+        ratio = max(e[n] / theirs[n] for n in e) if theirs and impl != "fla" else None
+        rows.append(dict(regime=regime, layout=layout, dtype=dtype, impl=impl, served=served.get(impl, ""),
+                         errors=e, worst_vs_fla=ratio))
+    return rows
+
+
+def render(rows: list[dict]) -> list[str]:
+    """Markdown table of `rows` and a summary line."""
+    lines = ["| regime | layout | dtype | impl | " + " | ".join(TENSORS) + " | worst / fla |",
+             "|---|---|---|---|" + "---:|" * (len(TENSORS) + 1)]
+    for r in rows:
+        impl = r["impl"] + (f" ({r['served']})" if r["served"] else "")
+        cells = [f"{r['errors'][n]:.2e}" if n in r["errors"] else "-" for n in TENSORS]
+        ratio = "-" if r["worst_vs_fla"] is None else f"{r['worst_vs_fla']:.3f}"
+        lines.append(f"| {r['regime']} | {r['layout']} | {r['dtype']} | {impl} | " + " | ".join(cells)
+                     + f" | {ratio} |")
+    ours = [r for r in rows if r["worst_vs_fla"] is not None]
+    worse = [r for r in ours if r["worst_vs_fla"] > 1]
+    if ours:
+        lines.append(f"summary: {len(ours) - len(worse)} of {len(ours)} rows of ours at or below fla's error on every "
+                     "tensor" + ("; worse: " + ", ".join(
+                         f"{r['regime']}/{r['layout']}/{r['dtype']}/{r['impl']} x{r['worst_vs_fla']:.3f}"
+                         for r in worse) if worse else ""))
+    else:
+        lines.append(f"summary: {len(rows)} rows, no fla to compare with")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    fla = None
+    if not args.no_fla:
+        if not torch.cuda.is_available():
+            print("benchmarks.gate_regimes: fla needs a CUDA GPU; pass --no-fla to run ours alone", file=sys.stderr)
+            return 2
+        fla = _fla()
+    if args.tune_cache:
+        log(f"restored {tune_cache.restore(args.tune_cache)} fla tuning files")
+    rows = []
+    for regime in args.regimes:
+        for layout in args.layouts:
+            for dtype in args.dtypes:
+                rows += run_case(regime, layout, dtype, args, fla)
+                log(f"{regime} {layout} {dtype} done")
+    if args.tune_cache:
+        log(f"saved {tune_cache.save(args.tune_cache)} fla tuning files")
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU interpreter"
+    lines = [f"device: {device}; seeds {args.seeds}; K = {args.K}, V = {args.V}", "", *render(rows)]
+    print("\n".join(lines))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gate_regimes.md").write_text("\n".join(lines) + "\n")
+        (args.out / "gate_regimes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return int(any(r["worst_vs_fla"] is not None and r["worst_vs_fla"] > 1 for r in rows))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
