@@ -114,20 +114,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.tune_cache:
         log(f"restored {tune_cache.restore(args.tune_cache)} fla tuning files")
     rows = []
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gate_regimes.jsonl").write_text("")
     for regime in args.regimes:
         for layout in args.layouts:
             for dtype in args.dtypes:
-                rows += run_case(regime, layout, dtype, args, fla)
-                log(f"{regime} {layout} {dtype} done")
+                case_rows = run_case(regime, layout, dtype, args, fla)
+                rows += case_rows
+                log(f"{regime} {layout} {dtype} done:\n" + "\n".join(render(case_rows)[2:-1]))
+                if args.out:  # as each case ends, so a run cut short keeps what it measured
+                    with open(args.out / "gate_regimes.jsonl", "a") as f:
+                        f.writelines(json.dumps(r) + "\n" for r in case_rows)
     if args.tune_cache:
         log(f"saved {tune_cache.save(args.tune_cache)} fla tuning files")
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU interpreter"
     lines = [f"device: {device}; seeds {args.seeds}; K = {args.K}, V = {args.V}", "", *render(rows)]
     print("\n".join(lines))
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "gate_regimes.md").write_text("\n".join(lines) + "\n")
-        (args.out / "gate_regimes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return int(any(r["worst_vs_fla"] is not None and r["worst_vs_fla"] > 1 for r in rows))
 
 

@@ -223,9 +223,11 @@ __device__ __forceinline__ void stage_state(const IntraBwdArgs& a, __nv_bfloat16
 template <int D, int GATE, bool QK_FINAL>
 __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_kernel(const IntraBwdArgs a) {
     // the intra sums' B operands go in as tf32 pairs (`tf32_rest`): the gate gradient's cancelling sums amplify
-    // their rounding (H100, pre-gated B1 T256 H16 without a state: dg 3.91e-3 -> 2.92e-3, fla 3.78e-3; the lower-bound
-    // gate with A_log near 0 likewise, since 2026-11-27); the kernel +7%, fwd+bwd +2.4% (2026-11-26).
-    // triton_kda.configs.bwd_precision_of chooses likewise
+    // their rounding (H100, pre-gated B1 T256 H16 without a state: dg 3.91e-3 -> 2.92e-3, fla 3.78e-3; the kernel
+    // +7%, fwd+bwd +2.4%). The lower-bound gate (Kimi's) splits only the columns / rows of the block's own 16 tokens
+    // (2026-11-27): its decays per token are >= e^-5, so where the gate is unsaturated (A_log near 0) the cancelling
+    // pairs that matter are the nearest ones, and splitting every pair cost fwd+bwd +3.3% on an H200 (B2 T8192 H32)
+    constexpr bool SPLIT_ALL = GATE != 2;
     constexpr int NKP = D / KH;  // the CTAs of a chunk and v-head
     // the chunk's rows (zero past the sequence end), this CTA's columns of K
     extern __shared__ __align__(16) float smem[];
@@ -467,11 +469,13 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
                     const float x0b = kn(j, col) * fast_exp2(fminf(Ga[n] - sG[j * SP + col], RANGE_MAX));
                     const float x1b = kn(j + 1, col) * fast_exp2(fminf(Ga[n] - sG[(j + 1) * SP + col], RANGE_MAX));
                     const uint32_t b0 = tf32(x0b), b1 = tf32(x1b);
-                    const uint32_t l0 = tf32_rest(x0b, b0), l1 = tf32_rest(x1b, b1);
                     mma_tf32(rq[n], fa, b0, b1);
                     mma_tf32(rl[n], fl, b0, b1);
-                    mma_tf32(rq[n], fa, l0, l1);
-                    mma_tf32(rl[n], fl, l0, l1);
+                    if (SPLIT_ALL || j0 >= ra) {
+                        const uint32_t l0 = tf32_rest(x0b, b0), l1 = tf32_rest(x1b, b1);
+                        mma_tf32(rq[n], fa, l0, l1);
+                        mma_tf32(rl[n], fl, l0, l1);
+                    }
                 }
             }
 #pragma unroll
@@ -505,8 +509,10 @@ __global__ void __launch_bounds__(WARPS * 32, KDA_BWD_MIN_BLOCKS) kda_intra_bwd_
                 const uint32_t hq0 = tf32(q0b), hq1 = tf32(q1b), hk0 = tf32(k0b), hk1 = tf32(k1b);
                 mma_tf32(cc[n], fa, hq0, hq1);
                 mma_tf32(cc[n], fl, hk0, hk1);
-                mma_tf32(cc[n], fa, tf32_rest(q0b, hq0), tf32_rest(q1b, hq1));
-                mma_tf32(cc[n], fl, tf32_rest(k0b, hk0), tf32_rest(k1b, hk1));
+                if (SPLIT_ALL || i0 < ra + 16) {
+                    mma_tf32(cc[n], fa, tf32_rest(q0b, hq0), tf32_rest(q1b, hq1));
+                    mma_tf32(cc[n], fl, tf32_rest(k0b, hk0), tf32_rest(k1b, hk1));
+                }
             }
         }
 #pragma unroll
