@@ -201,6 +201,12 @@ def _dot_split(a_hi, a_lo, b, acc, PREC: tl.constexpr):
 
 
 @triton.jit
+def _tf32_rest(x):
+    """What the nearest TF32 value of fp32 x leaves, itself rounded to TF32: the second half of a TF32 pair."""
+    return _rn_tf32(x - _rn_tf32(x))
+
+
+@triton.jit
 def _dot(a, b, acc, PREC: tl.constexpr):
     """tl.dot(a, b, acc) at input precision PREC ("ieee", "tf32x3", "tf32", "tf32rn": TF32 on fp32 operands first
     rounded to the nearest TF32 value by `_rn_tf32`, "tf32split": a so rounded, fp32 b split into its nearest TF32
@@ -208,7 +214,7 @@ def _dot(a, b, acc, PREC: tl.constexpr):
     if PREC == "tf32split":
         a_rn, b_hi = _rn_tf32(a), _rn_tf32(b)
         out = tl.dot(a_rn, b_hi, acc, input_precision="tf32")
-        out = tl.dot(a_rn, _rn_tf32(b - b_hi), out, input_precision="tf32")
+        out = tl.dot(a_rn, _tf32_rest(b), out, input_precision="tf32")
     else:
         out = _dot_exact(_tf32_operand(a, PREC), _tf32_operand(b, PREC), acc, PREC)
     return out

@@ -46,7 +46,7 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     """
     V = v.shape[2]
     gate = gate_mode(use_gate_in_kernel, lower_bound)
-    bp = bwd_precision_of(q.dtype)
+    bp = bwd_precision_of(q.dtype, gate)
     prec = bp.products
 
     @functools.cache

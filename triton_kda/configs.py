@@ -375,7 +375,7 @@ class BwdPrecision(NamedTuple):
     gate_span: bool    # the gate gradient's spanning form (`_kda_intra_bwd_span_kernel`), else the E-form
 
 
-def bwd_precision_of(dtype: torch.dtype) -> BwdPrecision:
+def bwd_precision_of(dtype: torch.dtype, gate: int = 0) -> BwdPrecision:
     """fp32 inputs: the state, WY and chunk-local state-side products split in three fp16 products (`_jit._dot_f16x3`,
     half tf32x3's tensor-core time; H100 B1 T8192 H16 fwd+bwd 7.345 -> 6.864 ms, every fp32 kda-check row's error
     within 1.3x of tf32x3's, docs/benchmarks/runs/2026-11-26_f16x3), tf32x3 in the intra-chunk sums, whose
@@ -391,13 +391,15 @@ def bwd_precision_of(dtype: torch.dtype) -> BwdPrecision:
     gradient's cancelling sums amplify their rounding, not the A side's (dAqk, dL). H100, pre-gated bf16 B1 T256 H16
     without a state, 8 seeds: dg 4.07e-3 with TF32, 2.92e-3 split (tf32x3 there: 2.92e-3), fla 3.78e-3
     (docs/benchmarks/runs/2026-11-26_split_products); the interpreter, fp16 inputs on this form: dg 2.7e-3 with
-    rounded TF32, 4.4e-4 split, 3.8e-4 in fp32. Every gate form, as in the compiled kernel
-    (cuda_fast/csrc/kda_intra_bwd.cu): the lower-bound gate (Kimi's) kept single products until 2026-11-27, when its
-    unsaturated regime (A_log near 0: log-decays over (-5, 0)) showed the same loss (interpreter, fp16 inputs on this
-    form, T128 H2 K=V=64, 3 seeds: dg 2.5e-3 / ddt_bias 1.4e-2 with rounded TF32, 4.2e-4 / 3.8e-4 split, 4.1e-4 /
-    3.8e-4 in fp32; docs/benchmarks/runs/2026-11-27_gate_regimes)."""
+    rounded TF32, 4.4e-4 split, 3.8e-4 in fp32. The lower-bound gate (`gate` 2, Kimi's: per-token log-decays >= -5)
+    splits only the B operands of each block's own 16 tokens ("tf32blocksplit"), as the compiled kernel
+    (cuda_fast/csrc/kda_intra_bwd.cu) does: it kept single products until 2026-11-27, when its unsaturated regime
+    (A_log near 0) lost dg and ddt_bias to fla (H200, 4 seeds: ddt_bias 1.13e-2 against fla's 5.99e-3, 3.03e-3 with
+    the block split; interpreter, fp16 inputs on this form, T128 H2 K=V=64, 3 seeds: dg 2.5e-3 rounded, 4.3e-4 block
+    split, 4.2e-4 split, 4.1e-4 in fp32), and every pair split cost the compiled kernel fwd+bwd x1.033 on an H200
+    at B2 T8192 H32 (the block split x1.015; docs/benchmarks/runs/2026-11-27_gate_regimes)."""
     if dtype == torch.float32:
         return BwdPrecision("f16x3", "tf32x3", "f16x3", True)
     if dtype == torch.float16:
         return BwdPrecision("tf32rn", "tf32x3", "tf32rn", True)
-    return BwdPrecision("tf32", "tf32split", "tf32", False)
+    return BwdPrecision("tf32", "tf32blocksplit" if gate == 2 else "tf32split", "tf32", False)

@@ -36,6 +36,7 @@ from triton_kda._jit import (
     _op,
     _state_offsets,
     _tf32_operand,
+    _tf32_rest,
 )
 from triton_kda.configs import (
     arch_of,
@@ -421,7 +422,8 @@ def _kda_intra_bwd_kernel(
     dqn = (do S^T) 2^G + Rq,  dkn = X beta 2^G + (v_new dS^T) 2^(G_last - G) + beta RL + C  (X = -dvb S^T), and
     dG, the gradient of G, from the same terms. The sums use the forward's anchored factorisation (anchor = the
     block's first row); a block whose gate range exceeds RANGE_MAX is summed exactly, column by column.
-    PREC: the precision of the intra-chunk products (Rq, RL, C), PREC_S of the state-side ones (do S^T, v_new dS^T,
+    PREC: the precision of the intra-chunk products (Rq, RL, C; "tf32blocksplit": the B operands of the block's own
+    tokens as TF32 pairs, the others rounded to TF32), PREC_S of the state-side ones (do S^T, v_new dS^T,
     dvb S^T). BF16_STATE (h, dh, do and v_new all bf16): do S^T and v_new dS^T take their bf16 operands as stored
     (exact products, fp32 sums: the numbers of TF32 on the same values at twice the rate).
     Writes dq, dk [TT, HV, K] fp32 (per v-head, w.r.t. the normalised q and k), the gate gradient's terms dE, dF
@@ -471,11 +473,29 @@ def _kda_intra_bwd_kernel(
         # columns before the block and <= 2^RANGE_MAX inside it
         b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)), 0.0)
         b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
-        b_Rq = _dot(b_dA, b_kc, None, PREC) * b_eA
-        b_RL = _dot(b_dL, b_kc, None, PREC) * b_eA
         b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
-        b_C = _dot(b_dAt, b_qn * b_f, None, PREC)
-        b_C = _dot(b_dLt, b_kn * b_b[:, None] * b_f, b_C, PREC)
+        if PREC == "tf32blocksplit":
+            # the block's own tokens' B operands as TF32 pairs (`_dot`'s "tf32split"), the rest rounded: the pairs'
+            # second products over the diagonal block's [BC, BC] tiles of dAqk / dL
+            p_dAd = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, r * BC), (BC, BC),
+                                      (1, 0))
+            p_dLd = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, r * BC), (BC, BC),
+                                      (1, 0))
+            b_dAd = tl.load(p_dAd, boundary_check=(0, 1))
+            b_dLd = tl.load(p_dLd, boundary_check=(0, 1))
+            b_f_r = tl.exp2(tl.minimum(b_G_r - b_Ga[None, :], RANGE_MAX))
+            b_kc_r = _tf32_rest(b_kn_r * tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)))
+            b_Rq = (_dot(b_dA, b_kc, None, "tf32rn") + _dot(b_dAd, b_kc_r, None, "tf32rn")) * b_eA
+            b_RL = (_dot(b_dL, b_kc, None, "tf32rn") + _dot(b_dLd, b_kc_r, None, "tf32rn")) * b_eA
+            b_C = _dot(b_dAt, b_qn * b_f, None, "tf32rn") + _dot(tl.trans(b_dAd), _tf32_rest(b_qn_r * b_f_r), None,
+                                                                  "tf32rn")
+            b_C += _dot(b_dLt, b_kn * b_b[:, None] * b_f, None, "tf32rn")
+            b_C += _dot(tl.trans(b_dLd), _tf32_rest(b_kn_r * b_b_r[:, None] * b_f_r), None, "tf32rn")
+        else:
+            b_Rq = _dot(b_dA, b_kc, None, PREC) * b_eA
+            b_RL = _dot(b_dL, b_kc, None, PREC) * b_eA
+            b_C = _dot(b_dAt, b_qn * b_f, None, PREC)
+            b_C = _dot(b_dLt, b_kn * b_b[:, None] * b_f, b_C, PREC)
         b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
 
     # the state side for the block's rows: do S^T, v_new dS^T, X = Akk^T dw = -dvb S^T (and rowsum(S dS), once)

@@ -132,6 +132,10 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 kernel = _kda_intra_bwd_span_kernel if bp.gate_span else _kda_intra_bwd_kernel
                 specs.append(CompileSpec(f"intra_bwd K{K} V{V} BT{BT} {dname}", kernel, sig, ce, bc.num_warps,
                                          bc.num_stages))
+                lb = bwd_precision_of(dtype, 2).intra  # the lower-bound gate's intra-chunk products, where they differ
+                if lb != bp.intra:
+                    specs.append(CompileSpec(f"intra_bwd K{K} V{V} BT{BT} {dname} lower-bound", kernel, sig,
+                                             dict(ce, PREC=lb), bc.num_warps, bc.num_stages))
                 gc = gate_bwd_config(arch, K)
                 sig = {"g": f"*{ty}", "dg": f"*{ty}"}
                 sig.update({n: "*fp32" for n in ("A_log", "dt_bias", "dD", "dW", "dA_log_part",
