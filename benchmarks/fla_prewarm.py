@@ -31,13 +31,11 @@ import time
 import torch
 from triton.runtime.autotuner import Autotuner
 
-from benchmarks.cases import make_case_inputs, random_like_output
+from benchmarks.cases import TORCH_DTYPES, make_case_inputs, random_like_output
 from benchmarks.checks import small_case
 from benchmarks.cli import csv_choice, positive_int
 from benchmarks.suites import FLAG_SETS, SUITES, resolve_flags, resolve_suites, select_shapes
 from reference.harness import GATE_REGIMES, LAYOUTS, regime_inputs
-
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def share_configs(index: int, workers: int, modules=None) -> int:
@@ -75,7 +73,7 @@ def warm(shapes, flag_sets, index: int, workers: int, regime_dtypes: tuple[str, 
     for dtype in regime_dtypes:
         for regime in GATE_REGIMES:
             for layout in LAYOUTS:
-                kwargs = regime_inputs(regime, layout, DTYPES[dtype], 0, device=device)
+                kwargs = regime_inputs(regime, layout, TORCH_DTYPES[dtype], 0, device=device)
                 leaves = [kwargs[n].requires_grad_(True) for n in ("q", "k", "v", "g", "beta")]
                 o, ht = fla(**kwargs)
                 torch.autograd.grad([o, ht], leaves, [torch.randn_like(o), torch.randn_like(ht)])
@@ -92,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shapes", type=lambda text: tuple(filter(None, text.split(","))), default=(),
                         help="keep the suite shapes whose label contains one of these (as benchmarks.run)")
     parser.add_argument("--flags", type=csv_choice(tuple(FLAG_SETS)), default=["kimi"])
-    parser.add_argument("--gate-regimes", type=csv_choice(tuple(DTYPES)), default=[],
+    parser.add_argument("--gate-regimes", type=csv_choice(tuple(TORCH_DTYPES)), default=[],
                         help="also the gate-regime sweep's cases in these dtypes (bf16, fp16, fp32)")
     parser.add_argument("--workers", type=positive_int, default=8)
     parser.add_argument("--budget-s", type=positive_int, default=None, help="stop the workers after this long")

@@ -23,10 +23,11 @@ from pathlib import Path
 import torch
 
 from benchmarks import tune_cache
+from benchmarks.cases import TORCH_DTYPES
 from benchmarks.cli import csv_choice, log, positive_int
-from reference.harness import GATE_REGIMES, LAYOUTS, pooled_errors, regime_inputs
+from reference.harness import GATE_REGIMES, LAYOUTS, cotangents, environ, pooled_errors, regime_inputs, run_case
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# the backward each of ours runs on: the default dispatch, and the Triton kernels forced
 BACKWARDS = {"default": {}, "triton_bwd": {"TRITON_KDA_SM90_BWD": "0"}}
 TENSORS = ("o", "ht", "q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
 
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--regimes", type=_all_or(tuple(GATE_REGIMES)), default=list(GATE_REGIMES))
     p.add_argument("--layouts", type=_all_or(tuple(LAYOUTS)), default=list(LAYOUTS))
-    p.add_argument("--dtypes", type=csv_choice(tuple(DTYPES)), default=["bf16", "fp16"])
+    p.add_argument("--dtypes", type=csv_choice(tuple(TORCH_DTYPES)), default=["bf16", "fp16"])
     p.add_argument("--seeds", type=positive_int, default=4, help="inputs pooled per case (default 4)")
     p.add_argument("--backwards", type=csv_choice(tuple(BACKWARDS)), default=list(BACKWARDS))
     p.add_argument("--no-fla", action="store_true", help="ours only")
@@ -59,18 +60,19 @@ def _fla():
     return chunk_kda
 
 
-def run_case(regime: str, layout: str, dtype: str, args, fla) -> list[dict]:
+def case_rows_of(regime: str, layout: str, dtype: str, args, fla) -> list[dict]:
     """Rows (one per implementation) of pooled errors for one point of the sweep."""
     from triton_kda import backend_report, chunk_kda
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    cases = [regime_inputs(regime, layout, DTYPES[dtype], s, K=args.K, V=args.V, T=args.T, device=device)
+    cases = [regime_inputs(regime, layout, TORCH_DTYPES[dtype], s, K=args.K, V=args.V, T=args.T, device=device)
              for s in range(args.seeds)]
     backwards = {b: BACKWARDS[b] for b in args.backwards if dtype == "bf16" or b == "default"}
     errs = pooled_errors(cases, {**{b: chunk_kda for b in backwards}, "fla": fla}, envs=backwards)
     served = {}
     for b, env in backwards.items():  # which chunk-local backward each of ours ran (one more call, reported)
-        pooled_errors(cases[:1], {b: chunk_kda}, envs={b: env})
+        with environ(env):
+            run_case(chunk_kda, cases[0], *cotangents(cases[0], 0))
         served[b] = next((e.name for e in reversed(backend_report()) if e.op == "kda_intra_bwd"), "triton")
     theirs = errs.get("fla")
     rows = []
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     for regime in args.regimes:
         for layout in args.layouts:
             for dtype in args.dtypes:
-                case_rows = run_case(regime, layout, dtype, args, fla)
+                case_rows = case_rows_of(regime, layout, dtype, args, fla)
                 rows += case_rows
                 log(f"{regime} {layout} {dtype} done:\n" + "\n".join(render(case_rows)[2:-1]))
                 if args.out:  # as each case ends, so a run cut short keeps what it measured

@@ -1,7 +1,6 @@
 """The implementations under test: each one's ``chunk_kda`` by name, imported on demand."""
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
@@ -15,20 +14,15 @@ def forced_backend(chunk_kda: Callable, backend: str) -> Callable:
     """``chunk_kda`` with ``TRITON_KDA_BACKEND`` set to ``backend`` for each call ("triton": the Triton path even
     where a compiled backend would take the call; "sm90": the CUDA forward). A call the backend declines raises
     NotImplementedError, so its rows say "unsupported" with the verifier's reason."""
+    from reference.harness import environ
     from triton_kda.backends import ENV_VAR, BackendDeclined
 
     def call(**kwargs):
-        previous = os.environ.get(ENV_VAR)
-        os.environ[ENV_VAR] = backend
-        try:
-            return chunk_kda(**kwargs)
-        except BackendDeclined as exc:
-            raise NotImplementedError(str(exc)) from exc
-        finally:
-            if previous is None:
-                del os.environ[ENV_VAR]
-            else:
-                os.environ[ENV_VAR] = previous
+        with environ({ENV_VAR: backend}):
+            try:
+                return chunk_kda(**kwargs)
+            except BackendDeclined as exc:
+                raise NotImplementedError(str(exc)) from exc
 
     return call
 

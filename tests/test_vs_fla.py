@@ -19,6 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from benchmarks.gate_regimes import BACKWARDS
 from reference.harness import GATE_REGIMES, LAYOUTS, pooled_errors, regime_inputs
 from tests.utils import DEVICE, make_inputs
 from triton_kda import chunk_kda
@@ -106,9 +107,6 @@ def test_fla_masked_varlen_fp16():
 
 
 SWEEP = [(r, lay, dt) for r in GATE_REGIMES for lay in LAYOUTS for dt in (torch.bfloat16, torch.float16)]
-# the backward each sweep case runs on: the default dispatch (the compiled sm90 chunk-local backward where it takes
-# the call: bf16 on sm_90) and the Triton kernels, forced
-BACKWARDS = {"default": {}, "triton_bwd": {"TRITON_KDA_SM90_BWD": "0"}}
 
 
 @pytest.mark.parametrize("regime, layout, dtype", SWEEP,
