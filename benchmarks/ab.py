@@ -4,10 +4,10 @@
 
 Each round runs one child process per tree, alternating which goes first, so drift of the card's clocks falls on
 both. A child imports ``triton_kda`` and ``cuda_fast`` from its tree (the inputs, shapes and flag sets from this
-one, so both time the same tensors), times every (shape, flag set, mode) with ``triton.testing.do_bench`` (median)
-and prints one JSON line per row with the backends that served the calls. The parent prints a markdown table of the
-median over rounds of each tree's medians and their ratio (this / base), and the summary last. ``--out DIR`` also
-writes the rows as ``DIR/ab.jsonl``.
+one, so both time the same tensors), times every (shape, flag set, mode) with ``benchmarks.timing.cuda_timer``
+(``do_bench``'s median) and prints one JSON line per row with the backends that served the calls. The parent prints
+a markdown table of the median over rounds of each tree's medians and their ratio (this / base), and the summary
+last. ``--out DIR`` also writes the rows as ``DIR/ab.jsonl``.
 """
 from __future__ import annotations
 
@@ -47,15 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
 def child(args) -> None:
     """Time every case with triton_kda from ``args.child``; print one ROW_TAG line per case."""
     import torch
-    from triton.testing import do_bench
 
     import reference.harness  # noqa: F401  (this tree's, imported before the tree goes first on the path)
     from benchmarks.cases import make_case_inputs, random_like_output
+    from benchmarks.timing import cuda_timer
 
     sys.path.insert(0, str(Path(args.child).resolve()))
     from triton_kda import backend_report, chunk_kda
 
     device = torch.device("cuda")
+    timer = cuda_timer(args.warmup_ms, args.rep_ms)
     for text in args.shapes.split(","):
         shape = parse_shape(text)
         for flags in args.flags:
@@ -67,7 +68,7 @@ def child(args) -> None:
                 fn = _call(chunk_kda, kwargs, leaves, do, mode)
                 fn()
                 served = sorted({f"{e.op}:{e.name}" for e in backend_report()})
-                ms = do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median")
+                ms = timer(fn)[0]
                 row = dict(tree=args.child, shape=shape.label, dtype=shape.dtype, flags=flags, mode=mode, ms=ms,
                            served=served)
                 print(ROW_TAG + json.dumps(row), flush=True)
