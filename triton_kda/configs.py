@@ -395,8 +395,8 @@ def bwd_precision_of(dtype: torch.dtype, gate: int = 0) -> BwdPrecision:
     splits only the B operands of each block's own 16 tokens ("tf32blocksplit"), as the compiled kernel
     (cuda_fast/csrc/kda_intra_bwd.cu) does: it kept single products until 2026-11-27, when its unsaturated regime
     (A_log near 0) lost dg and ddt_bias to fla (H200, 4 seeds: ddt_bias 1.13e-2 against fla's 5.99e-3, 3.03e-3 with
-    the block split; interpreter, fp16 inputs on this form, T128 H2 K=V=64, 3 seeds: dg 2.5e-3 rounded, 4.3e-4 block
-    split, 4.2e-4 split, 4.1e-4 in fp32), and every pair split cost the compiled kernel fwd+bwd x1.033 on an H200
+    the block split; interpreter, fp16 inputs on this form, T128 H2 K=V=64, 3 seeds: dg 2.1e-3 rounded, 3.7e-4 block
+    split, 3.6e-4 split and in fp32; `unsaturated_interp.py` in that run folder), and every pair split cost the compiled kernel fwd+bwd x1.033 on an H200
     at B2 T8192 H32 (the block split x1.015; docs/benchmarks/runs/2026-11-27_gate_regimes)."""
     if dtype == torch.float32:
         return BwdPrecision("f16x3", "tf32x3", "f16x3", True)
