@@ -396,8 +396,8 @@ def bwd_precision_of(dtype: torch.dtype, gate: int = 0) -> BwdPrecision:
     (cuda_fast/csrc/kda_intra_bwd.cu) does: it kept single products until 2026-11-27, when its unsaturated regime
     (A_log near 0) lost dg and ddt_bias to fla (H200, 4 seeds: ddt_bias 1.13e-2 against fla's 5.99e-3, 3.03e-3 with
     the block split; interpreter, fp16 inputs on this form, T128 H2 K=V=64, 3 seeds: dg 2.1e-3 rounded, 3.7e-4 block
-    split, 3.6e-4 split and in fp32; `unsaturated_interp.py` in that run folder), and every pair split cost the compiled kernel fwd+bwd x1.033 on an H200
-    at B2 T8192 H32 (the block split x1.015; docs/benchmarks/runs/2026-11-27_gate_regimes)."""
+    split, 3.6e-4 split and in fp32), and every pair split cost the compiled kernel fwd+bwd x1.033 on an H200 at B2
+    T8192 H32 (the block split x1.015; docs/benchmarks/runs/2026-11-27_gate_regimes, `unsaturated_interp.py` there)."""
     if dtype == torch.float32:
         return BwdPrecision("f16x3", "tf32x3", "f16x3", True)
     if dtype == torch.float16:
