@@ -25,10 +25,11 @@ import sys
 import time
 import traceback
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+
+from reference.harness import environ
 
 KIMI = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
 LEAVES = ("q", "k", "v", "g", "beta")
@@ -45,31 +46,11 @@ SWEEP_PIECE_CHUNKS = (16, 32, 64, 128)
 FLA_SHAPES = ("B1-H8-T65536", "varlen-131072+16x1024-H8")
 
 
-def _put_env(values: dict[str, str | None]) -> None:
-    """Set (None: unset) the environment variables in `values`."""
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-@contextmanager
-def env_vars(values: dict[str, str | None]):
-    """Set (None: unset) the environment variables in `values` for the block, then restore them."""
-    old = {k: os.environ.get(k) for k in values}
-    try:
-        _put_env(values)
-        yield
-    finally:
-        _put_env(old)
-
-
 def cp_env(mode: str, piece_chunks: int | None = None):
     """Set TRITON_KDA_INTRACARD_CP (and _CHUNKS) for the block."""
     from triton_kda.state_cp import ENV_MODE, ENV_PIECE_CHUNKS
 
-    return env_vars({ENV_MODE: mode, ENV_PIECE_CHUNKS: str(piece_chunks) if piece_chunks else None})
+    return environ({ENV_MODE: mode, ENV_PIECE_CHUNKS: str(piece_chunks) if piece_chunks else None})
 
 
 def call_fns(chunk_kda, d: dict, do: torch.Tensor, fwd_mode=torch.no_grad):
@@ -271,10 +252,10 @@ def fla_rows(name, B, T, H, seqlens, ours: dict[str, tuple[float, float]], rows:
 
     # fwd+bwd first: fla caches tensors derived from cu_seqlens, and ones made under inference_mode cannot be saved
     # for a backward later
-    with env_vars({"FLA_INTRACARD_CP": "0"}):
+    with environ({"FLA_INTRACARD_CP": "0"}):
         fwdbwd_ms = timer(fwdbwd)
     for cp in ("0", "1"):
-        with env_vars({"FLA_INTRACARD_CP": cp}):
+        with environ({"FLA_INTRACARD_CP": cp}):
             row("fwd (inference)", "fla, FLA_INTRACARD_CP=" + cp, timer(fwd), ours["fwd"][1])
     row("fwd+bwd", "fla", fwdbwd_ms, ours["fwd+bwd"][1])
 

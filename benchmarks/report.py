@@ -209,6 +209,15 @@ def time_vs_t_groups(timed: list[dict]) -> dict[tuple, list[tuple[int, float]]]:
     return {key: sorted(points.items()) for key, points in groups.items() if len(points) >= 2}
 
 
+def save_png(fig, path: Path, colors: int = 64) -> None:
+    """`fig` as a PNG of at most `colors` colours (a quarter of the bytes of a full-colour plot: the reports' plots
+    live in docs/, which stays small)."""
+    from PIL import Image  # Pillow: a dependency of matplotlib
+
+    fig.savefig(path, dpi=120)
+    Image.open(path).convert("RGB").quantize(colors=colors, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+
+
 def write_plots(rows: list[dict], out: Path, prefix: str = "") -> list[str]:
     """Write <prefix>speedup.png and <prefix>time_vs_T.png into ``out``; returns markdown lines (images or notes)."""
     try:
@@ -237,7 +246,7 @@ def write_plots(rows: list[dict], out: Path, prefix: str = "") -> list[str]:
             ax.set_ylabel("speedup vs fla (x)")
             ax.set_title(f"{mode}: fla median / median")
         fig.tight_layout()
-        fig.savefig(out / f"{prefix}speedup.png", dpi=120)
+        save_png(fig, out / f"{prefix}speedup.png")
         plt.close(fig)
         notes.append(f"![speedup against fla]({prefix}speedup.png)")
     else:
@@ -255,7 +264,7 @@ def write_plots(rows: list[dict], out: Path, prefix: str = "") -> list[str]:
         ax.legend(fontsize=7)
         ax.set_title("time against sequence length")
         fig.tight_layout()
-        fig.savefig(out / f"{prefix}time_vs_T.png", dpi=120)
+        save_png(fig, out / f"{prefix}time_vs_T.png")
         plt.close(fig)
         notes.append(f"![time against T]({prefix}time_vs_T.png)")
     else:

@@ -305,19 +305,23 @@ def cotangents(d: dict, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     return do, torch.randn(N, v.shape[2], d["q"].shape[3], v.shape[3], generator=gen, device=v.device)
 
 
+def _put_env(pairs: dict[str, str | None]) -> None:
+    for k, v in pairs.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @contextlib.contextmanager
-def environ(pairs: dict[str, str]) -> Iterator[None]:
-    """Set the environment variables `pairs` for the block, then restore what was there."""
+def environ(pairs: dict[str, str | None]) -> Iterator[None]:
+    """Set (None: unset) the environment variables `pairs` for the block, then restore what was there."""
     saved = {k: os.environ.get(k) for k in pairs}
-    os.environ.update(pairs)
+    _put_env(pairs)
     try:
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _put_env(saved)
 
 
 def pooled_errors(cases: list[dict], fns: dict[str, Callable | None],

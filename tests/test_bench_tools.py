@@ -1,13 +1,16 @@
-"""benchmarks.ab and benchmarks.gate_regimes on the CPU: argument parsing, the no-CUDA exits, the A/B table from fake
-child rows, and one tiny gate-regime case through the interpreter."""
+"""The benchmark tools on the CPU: argument parsing, the no-CUDA exits, their tables from fake rows, one tiny
+gate-regime case through the interpreter, and host_time's whole run with its kernels stubbed."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from benchmarks import ab, gate_regimes
+from benchmarks import ab, cp_check, gate_regimes, impls, roofline, timing
 
 
 def _row(tree, ms, shape="B2-T8192-H32-HV32-K128-V128", mode="fwdbwd", served=("chunk_kda:triton",)):
@@ -86,3 +89,66 @@ def test_gate_regimes_runs_ours_through_the_interpreter(tmp_path, capsys):
     assert row["impl"] == "default" and row["served"] == "triton" and row["worst_vs_fla"] is None
     assert all(0 < row["errors"][n] < 2e-2 for n in gate_regimes.TENSORS)
     assert (tmp_path / "gate_regimes.md").read_text().startswith("device: CPU interpreter")
+
+
+def test_roofline_parses_shapes_and_specs_and_needs_cuda(monkeypatch, capsys):
+    assert roofline.parse_shape("B2-T8192-H32") == (2, 8192, 32, 128)
+    assert roofline.parse_shape("B2-T8192-H16-K256") == (2, 8192, 16, 256)
+    with pytest.raises(ValueError, match="--shape: expected B<n>-T<n>-H<n>"):
+        roofline.parse_shape("2x8192")
+    with pytest.raises(ValueError, match="--pkg: expected NAME=DIR:MODULE"):
+        roofline.load_spec("head")
+    name, fn = roofline.load_spec("cuda=.:triton_kda@TRITON_KDA_TEST_ROOFLINE=1")
+    monkeypatch.delenv("TRITON_KDA_TEST_ROOFLINE", raising=False)
+    with pytest.raises(TypeError):  # the call reaches chunk_kda (missing arguments) after setting the variable
+        fn()
+    assert name == "cuda" and os.environ.pop("TRITON_KDA_TEST_ROOFLINE") == "1"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert roofline.main(["--shape", "B1-T64-H2"]) == 2
+    assert "benchmarks.roofline needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_roofline_table_sets_each_kernel_against_its_floor():
+    times = {"_kda_state_fwd_kernel": 100.0, "void (anonymous namespace)::kda_intra_bwd_kernel<1, 2>": 400.0,
+             "void at::native::elementwise": 5.0}
+    nbytes = {"_kda_state_fwd_kernel": 150_000_000, roofline.COMPILED: 300_000_000}
+    rows, us, floor = roofline.table("head", times, nbytes, tbps=3.0)
+    assert rows[0] == "| head | void (anonymous namespace)::kda_intra_bwd_kernel<1 | 400.0 | 300 | 100.0 | 25% |"
+    assert rows[1] == "| head | _kda_state_fwd_kernel | 100.0 | 150 | 50.0 | 50% |"
+    assert rows[2] == "| head | void at::native::elementwise | 5.0 | - | - | - |"
+    assert rows[3] == "| head | our kernels | 500.0 | | 150.0 | 30% |" and (us, floor) == (500.0, 150.0)
+
+
+def test_host_time_runs_a_stubbed_step(tmp_path):
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-m", "benchmarks.host_time", "--T", "16", "--H", "2", "--steps", "2"],
+                         capture_output=True, text=True, env=env, timeout=600, check=True).stdout
+    assert "us per fwd+bwd step on the host" in out and "_kda_intra_fwd_kernel x1" in out
+
+
+def test_cp_check_tables_and_environment(monkeypatch):
+    monkeypatch.setenv("TRITON_KDA_INTRACARD_CP_CHUNKS", "7")
+    with cp_check.cp_env("1"):
+        assert os.environ["TRITON_KDA_INTRACARD_CP"] == "1" and "TRITON_KDA_INTRACARD_CP_CHUNKS" not in os.environ
+    assert os.environ["TRITON_KDA_INTRACARD_CP_CHUNKS"] == "7"
+    assert cp_check.table(["a", "b"], [["1", "2"]]) == "| a | b |\n|---|---|\n| 1 | 2 |"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cp_check.main(["--out", "."]) == 2
+
+
+def test_impls_and_timing_on_the_cpu(monkeypatch):
+    monkeypatch.setitem(sys.modules, "fla", None)  # fla not importable: its rows say why
+    loaded = impls.load_impls(["triton", "fla"])
+    assert callable(loaded["triton"]) and loaded["fla"].startswith("fla not importable: ")
+    from triton_kda.backends import ENV_VAR, BackendDeclined
+
+    def declining(**kw):
+        raise BackendDeclined(f"{os.environ[ENV_VAR]} declines {sorted(kw)}")
+
+    with pytest.raises(NotImplementedError, match=r"sm90 declines \['q'\]"):
+        impls.forced_backend(declining, "sm90")(q=1)
+    assert impls.forced_backend(lambda **kw: os.environ[ENV_VAR], "triton")() == "triton"
+    cpu = torch.device("cpu")
+    result, seconds = timing.wall(lambda: 3, cpu)
+    assert result == 3 and seconds >= 0.0
+    assert timing.peak_memory_gib(lambda: None, cpu) is None

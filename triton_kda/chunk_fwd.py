@@ -73,8 +73,9 @@ def plan_chunks(B: int, T: int, BT: int, device: torch.device, seqlens_cpu: torc
 @functools.lru_cache(maxsize=64)
 def _fixed_plan(B: int, T: int, BT: int, device: torch.device) -> ChunkPlan:
     """The plan of B sequences of T tokens, cached per signature: its six small device ops cost about 150 us of host
-    time per call on an H100 machine (`docs/benchmarks/scripts/gpu_host_split.py`). Built anew during CUDA-graph
-    capture (the graph then owns its tables; a cached plan could be evicted while the graph still reads it)."""
+    time per call on an H100 machine (`docs/benchmarks/scripts/gpu_host_split.py` at a24d737). Built anew during
+    CUDA-graph capture (the graph then owns its tables; a cached plan could be evicted while the graph still reads
+    it)."""
     nt = cdiv(T, BT)
     ar = torch.arange(B * nt, device=device, dtype=torch.int32)
     return ChunkPlan(

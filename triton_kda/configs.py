@@ -1,6 +1,6 @@
 """Launch configurations, one small table per architecture; read lazily per device, never at import. The lookups are
 pure functions of their ints, cached per argument tuple (a training step makes about 50 of them: tens of
-microseconds of host time, `docs/benchmarks/scripts/train_host_overhead.py`).
+microseconds of host time, `python -m benchmarks.host_time`).
 
 The table needs no tuning on a first call. With `TRITON_KDA_AUTOTUNE=1` the heaviest launches (intra forward, state
 forward, chunk-local backward) instead time the table's entry and a few alternatives once per problem key and keep
@@ -128,8 +128,7 @@ def capturing(device: torch.device) -> bool:
 
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) of host ints. `triton.cdiv` is a constexpr function, a few microseconds per host call on triton 3.6:
-    with `triton.next_power_of_2` about 0.3 ms of a training step's host time (`train_host_overhead.py` under
-    docs/benchmarks/scripts)."""
+    with `triton.next_power_of_2` about 0.3 ms of a training step's host time (`python -m benchmarks.host_time`)."""
     return -(-a // b)
 
 
