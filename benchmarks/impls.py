@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from benchmarks.cli import log
 
-IMPLS = ("triton", "fla", "sm90")
-DEFAULT_IMPLS = ("triton", "fla")
+IMPLS = ("auto", "triton", "fla", "sm90")
+DEFAULT_IMPLS = ("auto", "fla")
 
 
 def forced_backend(chunk_kda: Callable, backend: str) -> Callable:
@@ -28,16 +28,18 @@ def forced_backend(chunk_kda: Callable, backend: str) -> Callable:
 
 
 def load_impls(names: list[str]) -> dict[str, Callable | str]:
-    """Implementation name -> its ``chunk_kda``, or a sentence saying why it cannot be imported. "triton" and
-    "sm90" are triton_kda's ``chunk_kda`` with that backend forced."""
+    """Implementation name -> its ``chunk_kda``, or a sentence saying why it cannot be imported. "auto" is
+    triton_kda's ``chunk_kda`` as a user calls it (its default dispatch); "triton" and "sm90" force that backend for
+    the forward."""
     impls: dict[str, Callable | str] = {}
     for name in names:
         t0 = time.perf_counter()
         try:
-            if name in ("triton", "sm90"):
+            if name in ("auto", "triton", "sm90"):
                 from triton_kda import chunk_kda
 
-                chunk_kda = forced_backend(chunk_kda, name)
+                if name != "auto":
+                    chunk_kda = forced_backend(chunk_kda, name)
             else:
                 from fla.ops.kda import chunk_kda
         except Exception as exc:  # a missing package or an incompatible install: reported in the rows, not fatal

@@ -1,6 +1,6 @@
 """Side-by-side benchmark of ``chunk_kda``: ours (``triton_kda``) against fla, in one process on one CUDA GPU.
 
-    python -m benchmarks.run --suite standard --impl triton,fla --modes fwd,fwdbwd --flags kimi --out DIR
+    python -m benchmarks.run --suite standard --impl auto,fla --modes fwd,fwdbwd --flags kimi --out DIR
     python -m benchmarks.run --suite kimi --quick --out DIR          # at most 2 shapes sharing H per suite
     python -m benchmarks.run --cold-start --out DIR                  # process start -> first fwd+bwd, fresh caches
     python -m benchmarks.run --suite gva --tune-cache DIR --out DIR  # keep fla's autotuning between device calls
@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--suite", type=csv_choice((*SUITES, "all")), default=["standard"],
                         help=f"shape suites, comma-separated: {', '.join(SUITES)}, all (default: standard)")
     parser.add_argument("--impl", type=csv_choice(IMPLS), default=list(DEFAULT_IMPLS),
-                        help="implementations, comma-separated (default: triton,fla)")
+                        help="implementations, comma-separated: auto (chunk_kda as a user calls it), triton / sm90 "
+                             "(that backend forced for the forward), fla (default: auto,fla)")
     parser.add_argument("--modes", type=csv_choice(model.MODES), default=list(model.MODES),
                         help="fwd and/or fwdbwd (default: both)")
     parser.add_argument("--flags", type=csv_choice(tuple(FLAG_SETS)), default=["kimi"],

@@ -187,7 +187,7 @@ def test_run_cli_parsing():
     assert args.flags == ["kimi", "pregated"] and args.out == Path("x") and args.quick and args.max_shapes == 2
     defaults = run.build_parser().parse_args([])
     assert (defaults.suite, defaults.impl, defaults.modes, defaults.flags) == (
-        ["standard"], ["triton", "fla"], ["fwd", "fwdbwd"], ["kimi"])
+        ["standard"], ["auto", "fla"], ["fwd", "fwdbwd"], ["kimi"])
     assert not defaults.cold_start and defaults.cold_start_child is None and defaults.shapes == ()
 
 
@@ -668,12 +668,12 @@ def test_decode_bench_checks_then_times(monkeypatch):
 def test_decode_host_time_and_the_step_without_plans(monkeypatch):
     """host_us times rounds of back-to-back calls after a warm-up call; ours_plain runs ours with the plans kept per
     call signature off and turns them back on."""
-    from triton_kda import recurrent
+    from triton_kda import decode as kda_decode
 
     calls = []
     assert decode.host_us(lambda: calls.append(1), CPU) > 0
     assert len(calls) == 1 + decode.HOST_CALLS * decode.HOST_ROUNDS
     seen = []
-    monkeypatch.setattr(decode, "ours", lambda *args: seen.append(recurrent.FAST_PATH))
+    monkeypatch.setattr(decode, "ours", lambda *args: seen.append(kda_decode.FAST_PATH))
     decode.ours_plain({}, None, None)
-    assert seen == [False] and recurrent.FAST_PATH is True
+    assert seen == [False] and kda_decode.FAST_PATH is True
