@@ -165,8 +165,8 @@ EFORM = [FP32_CASES[3], FP32_CASES[8], FP32_CASES[10], MASKED[0]]
 def test_gate_gradient_eform(params, monkeypatch):
     """bf16's chunk-local backward (`_kda_intra_bwd_kernel`, the gate gradient's E-form), run on fp32 inputs
     through the interpreter (bf16 does not run there). Measured on an AMD EPYC (`python
-    docs/benchmarks/scripts/interp_grad_errors.py eform` at a24d737): at most 0.16 of each tolerance (dA_log 1.6e-6 on the
-    gate-in-kernel case); dg <= 1.4e-6, dA_log <= 1.9e-6, ddt_bias <= 3.0e-6 on the masked case."""
+    docs/benchmarks/scripts/interp_grad_errors.py eform` at a24d737): at most 0.16 of each tolerance (dA_log 1.6e-6
+    on the gate-in-kernel case); dg <= 1.4e-6, dA_log <= 1.9e-6, ddt_bias <= 3.0e-6 on the masked case."""
     monkeypatch.setattr(triton_kda.chunk_bwd, "bwd_precision_of",
                         lambda dtype, gate=0: bwd_precision_of(dtype, gate)._replace(gate_span=False))
     d, chunk_size, disable_recompute = _inputs(params, torch.float32)

@@ -268,8 +268,8 @@ def test_kernel_matches_fp64_stage_and_triton(case, monkeypatch):
 # bf16 gradients against the fp64 oracle (test_chunk_bwd's 16-bit tolerances) and against the Triton backward's
 # error on the same inputs: at most GRAD_FACTOR times it. H100, 2026-11-25: cuda / triton 0.96-1.07 (the largest dg
 # on the GVA varlen case, 2.95e-3 against 2.77e-3: bf16 rounding of the stored gradient, whose worst element sits at
-# -29.4, dominates both). At cfa1513 over seeds 0-3 (docs/benchmarks/scripts/bwd_cuda_errors.py at a24d737): largest 1.21,
-# dA_log on the softplus case's seed 0 (this test takes seed 1: 0.58)
+# -29.4, dominates both). At cfa1513 over seeds 0-3 (docs/benchmarks/scripts/bwd_cuda_errors.py at a24d737): largest
+# 1.21, dA_log on the softplus case's seed 0 (this test takes seed 1: 0.58)
 GRAD_TOL = dict(q=8e-3, k=8e-3, v=8e-3, g=2e-2, beta=2e-2, A_log=1e-2, dt_bias=1e-2, initial_state=1e-2)
 GRAD_FACTOR = 1.25
 
