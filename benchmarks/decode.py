@@ -77,15 +77,15 @@ def ours(inputs: dict, pool: torch.Tensor, idx: torch.Tensor):
 
 
 def ours_plain(inputs: dict, pool: torch.Tensor, idx: torch.Tensor):
-    """``ours`` with ``recurrent.FAST_PATH`` off: every call validated in full and launched through Triton's
-    binder, as before the plans kept per call signature."""
-    from triton_kda import recurrent
+    """``ours`` with ``triton_kda.decode.FAST_PATH`` off: every call validated in full and launched through
+    Triton's binder, as before the plans kept per call signature."""
+    from triton_kda import decode as kda_decode
 
-    fast, recurrent.FAST_PATH = recurrent.FAST_PATH, False
+    fast, kda_decode.FAST_PATH = kda_decode.FAST_PATH, False
     try:
         return ours(inputs, pool, idx)
     finally:
-        recurrent.FAST_PATH = fast
+        kda_decode.FAST_PATH = fast
 
 
 def fla(inputs: dict, pool: torch.Tensor, idx: torch.Tensor):
@@ -101,16 +101,17 @@ STEPS: dict[str, Callable] = {"triton": ours, "triton-plain": ours_plain, "fla":
 def forced_config(cfg) -> Iterator[None]:
     """Our decode launches use ``cfg`` (a ``configs.RecurrentConfig``) instead of the table's entry (the plans
     ``fused_recurrent_kda`` keeps per call signature are dropped on entry and exit, so none outlives its config)."""
+    from triton_kda import decode as kda_decode
     from triton_kda import recurrent
 
     table = recurrent.recurrent_fwd_config
     recurrent.recurrent_fwd_config = lambda *args: cfg
-    recurrent.clear_plans()
+    kda_decode.clear_plans()
     try:
         yield
     finally:
         recurrent.recurrent_fwd_config = table
-        recurrent.clear_plans()
+        kda_decode.clear_plans()
 
 
 def capture_graph(fn: Callable[[], object], steps: int = 1) -> torch.cuda.CUDAGraph:

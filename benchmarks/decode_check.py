@@ -144,12 +144,12 @@ def check_cuda_graph(slots: int, device: torch.device) -> dict:
 
 
 def check_fast_path(slots: int, device: torch.device) -> dict:
-    from triton_kda import recurrent
+    from triton_kda import decode as kda_decode
 
     shape = Shape(B=64, T=1, H=32, HV=32)
     inputs = decode.step_inputs(shape, FLAG_SETS["kimi"], device, seed=9)
     pool, idx = decode.make_pool(shape, slots, device, seed=9)
-    recurrent.clear_plans()
+    kda_decode.clear_plans()
     plain, same = None, True
     for step in (decode.ours_plain, decode.ours, decode.ours, decode.ours):
         work = pool.clone()
@@ -159,7 +159,7 @@ def check_fast_path(slots: int, device: torch.device) -> dict:
         else:
             same = same and bool(torch.equal(o, plain[0])) and bool(torch.equal(work, plain[1]))
         del work
-    direct = any(plan.runners for plan in recurrent._PLANS.values())
+    direct = any(plan.runners for plan in kda_decode._PLANS.values())
     return _check("fast-path", same and direct, f"3 steps with a kept plan equal the step without plans bit for bit: "
                   f"{same}; the compiled kernel was launched directly: {direct}")
 

@@ -1,7 +1,7 @@
 """Compile fla's autotuning candidates for some shapes in parallel worker processes, before a benchmark's fla calls.
 
 fla tunes each of its kernels over all its configurations on the first call of a new shape, one process compiling
-every candidate in turn: at K = V = 256 that outlasted 10-minute device calls (docs/benchmarks/NOTES.md,
+every candidate in turn: at K = V = 256 that outlasted 10-minute device calls (docs/benchmarks/NOTES.md at a24d737,
 2026-11-25). A compiled kernel lands in the Triton cache under a key of its source, configuration and argument
 specialisation, not of the process that compiled it. So N workers, each tuning only its share of every fla
 autotuner's configurations (``configs[i::N]``), leave the cache holding every candidate, and the measuring process,

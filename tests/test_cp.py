@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 from tests.test_chunk_bwd import LEAVES, _cotangents, _inputs
 from tests.utils import assert_close, case_id
 from triton_kda import chunk_kda
-from triton_kda.cp import partition
+from triton_kda.cp_plan import partition
 
 CP_VS_SINGLE = 1e-6
 SHARED = ("A_log", "dt_bias", "initial_state")  # one tensor for all ranks: the ranks' gradients add up

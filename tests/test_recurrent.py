@@ -1,14 +1,14 @@
-"""triton_kda.fused_recurrent_kda (recurrent.py) and the state-pool keywords of chunk_kda (pool.py) against the fp64
-oracle: every flag, GVA, varlen, both state layouts; autograd; state pools (untouched slots bit-identical, padding,
-per-token indices with accepted-token counts, prefill into a pool then decode); validation; on a GPU bf16/fp16
-against fla's fused_recurrent_kda and CUDA-graph capture."""
+"""triton_kda.fused_recurrent_kda (decode.py, its kernels in recurrent.py) and the state-pool keywords of chunk_kda
+(pool.py) against the fp64 oracle: every flag, GVA, varlen, both state layouts; autograd; state pools (untouched
+slots bit-identical, padding, per-token indices with accepted-token counts, prefill into a pool then decode);
+validation; on a GPU bf16/fp16 against fla's fused_recurrent_kda and CUDA-graph capture."""
 import pytest
 import torch
 from triton.compiler import CompiledKernel
 
 from reference.kda import kda_recurrent
 from tests.utils import DEVICE, assert_close, case_id, make_inputs
-from triton_kda import chunk_kda, fused_recurrent_kda, recurrent
+from triton_kda import chunk_kda, decode, fused_recurrent_kda, recurrent
 
 # tolerances against the fp64 oracle (measured on CPU: fp32 o and states <= 2.3e-7, gradients <= 6.5e-7,
 # fp16 o <= 2.2e-4)
@@ -508,12 +508,12 @@ def _pool_step(B=2, dtype=torch.float32, seed=0, **change):
 @pytest.fixture
 def validations(monkeypatch):
     """Starts fused_recurrent_kda with no plans and records each full validation (each plan miss)."""
-    recurrent.clear_plans()
+    decode.clear_plans()
     calls = []
-    validate = recurrent.validate_fused_recurrent_kda
-    monkeypatch.setattr(recurrent, "validate_fused_recurrent_kda", lambda *a: calls.append(1) or validate(*a))
+    validate = decode.validate_fused_recurrent_kda
+    monkeypatch.setattr(decode, "validate_fused_recurrent_kda", lambda *a: calls.append(1) or validate(*a))
     yield calls
-    recurrent.clear_plans()
+    decode.clear_plans()
 
 
 def _run(d, monkeypatch, fast):
@@ -522,7 +522,7 @@ def _run(d, monkeypatch, fast):
     h = d["initial_state"]
     d = {**d, "initial_state": torch.empty_strided(h.shape, h.stride(), device=h.device).copy_(h)}
     with monkeypatch.context() as m:
-        m.setattr(recurrent, "FAST_PATH", fast)
+        m.setattr(decode, "FAST_PATH", fast)
         o, ht = fused_recurrent_kda(**d)
     return o, ht, d["initial_state"]
 
@@ -572,7 +572,7 @@ def test_plans_are_kept_per_signature_and_change_no_bit(validations, monkeypatch
         assert len(validations) == before + new, name
         for got in (first, second):
             assert all(a is b or torch.equal(a, b) for a, b in zip(got, plain, strict=True)), name
-    assert len(recurrent._PLANS) == 1 + len(SIGNATURES)
+    assert len(decode._PLANS) == 1 + len(SIGNATURES)
 
 
 def test_a_kept_plan_still_checks_contents_and_argument_types(validations):
@@ -603,14 +603,14 @@ def test_a_kept_plan_still_checks_contents_and_argument_types(validations):
             fused_recurrent_kda(**call)
         assert len(validations) == before + validated, match
         assert torch.equal(call["initial_state"], state)
-    assert len(recurrent._PLANS) == 2
+    assert len(decode._PLANS) == 2
 
 
 def test_plans_are_bounded(validations, monkeypatch):
-    monkeypatch.setattr(recurrent, "_MAX_PLANS", 2)
+    monkeypatch.setattr(decode, "_MAX_PLANS", 2)
     for B in (1, 2, 3):
         fused_recurrent_kda(**_pool_step(B=B))
-    assert len(recurrent._PLANS) == 1
+    assert len(decode._PLANS) == 1
 
 
 class _Compiled(CompiledKernel):
@@ -651,7 +651,7 @@ def test_compiled_kernel_is_launched_directly_with_the_bound_arguments(validatio
     d = _pool_step()
     pool = d["initial_state"].clone()
     with monkeypatch.context() as m:
-        m.setattr(recurrent, "FAST_PATH", False)
+        m.setattr(decode, "FAST_PATH", False)
         o_plain, _ = fused_recurrent_kda(**{**d, "initial_state": pool.clone()})
     jit.launches.clear()
     o1, _ = fused_recurrent_kda(**d)
@@ -770,9 +770,9 @@ def test_direct_launch_equals_the_launch_through_triton(monkeypatch):
     pool = torch.randn(128, 32, 128, 128, device="cuda")
     idx = torch.randperm(128, device="cuda")[:64].to(torch.int32)
     d.update(initial_state=pool, ssm_state_indices=idx, inplace_final_state=True, check_indices=False)
-    recurrent.clear_plans()
+    decode.clear_plans()
     plain = _run(d, monkeypatch, fast=False)
     for _ in range(3):
         got = _run(d, monkeypatch, fast=True)
         assert torch.equal(got[0], plain[0]) and torch.equal(got[2], plain[2])
-    assert [bool(plan.runners) for plan in recurrent._PLANS.values()] == [True]
+    assert [bool(plan.runners) for plan in decode._PLANS.values()] == [True]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from triton_kda._validate import KDAProblem, validate_chunk_kda
-from triton_kda.cp import CPContext
+from triton_kda.cp_plan import CPContext
 
 DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 

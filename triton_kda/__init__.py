@@ -8,9 +8,9 @@ With ``TRITON_KDA_FLA_PLUGIN=1`` importing this package also registers triton_kd
 """
 from triton_kda.backends import backend_report
 from triton_kda.chunk import chunk_kda
-from triton_kda.cp import build_cp_context
+from triton_kda.cp_plan import build_cp_context
+from triton_kda.decode import fused_recurrent_kda
 from triton_kda.integrations import enable_from_env
-from triton_kda.recurrent import fused_recurrent_kda
 
 enable_from_env()
 

@@ -94,7 +94,7 @@ def intra_stage(q, k, v, g, beta, A_log, dt_bias, scale: float, plan: ChunkPlan,
 
     fp32 inputs with store_aux (a backward may follow) take w, u, qg, kg and gl from `wy_recompute`, the kernel that
     the backward's recompute runs, instead of the intra kernel's own products: on an H100 the two compile fp32 products
-    with Akk from registers and from shared memory and part ways by up to 4.8e-7 (docs/benchmarks/NOTES.md,
+    with Akk from registers and from shared memory and part ways by up to 4.8e-7 (docs/benchmarks/NOTES.md at a24d737,
     2026-11-25), so the recompute would not match the forward (and `disable_recompute`) bit for bit. 16-bit inputs
     match without it."""
     flat = [x.flatten(0, 1).contiguous() for x in (q, k, v, g)]

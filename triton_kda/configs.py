@@ -140,7 +140,8 @@ def pow2_ceil(n: int) -> int:
 @functools.cache
 def _kpad(K: int, arch: int) -> int:
     """Tile width covering a head dim of K: a power of two, at least 16 in the interpreter and 32 on GPUs (16-wide
-    K or V tiles gave illegal addresses and wrong outputs in bf16/fp16 products on sm_90, triton 3.6, NOTES.md)."""
+    K or V tiles gave illegal addresses and wrong outputs in bf16/fp16 products on sm_90, triton 3.6,
+    docs/benchmarks/NOTES.md at a24d737)."""
     return max(16 if arch == 0 else 32, pow2_ceil(K))
 
 
@@ -184,10 +185,11 @@ def intra_bwd_config(arch: int, K: int, V: int, span: bool = False, split: bool 
     shared memory with three stages, over the 101376 B of sm_86 / sm_89 / sm_120: two stages there."""
     if arch == 0:
         return IntraConfig(BC=16, BK=min(32, _kpad(K, arch)), BV=min(32, _kpad(V, arch)), num_warps=4, num_stages=1)
-    # H100 B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md): BK 64 / BV 64 / 4 warps / 2 stages 4.13 ms; 1 stage
-    # 5.09, BV 32 5.89, BV 128 5.99, BK 128 / 8 warps 6.34, BK 32 / 2 stages 6.56, BK 32 / 8 warps 15.4. 3 stages
-    # (2026-11-25, fwd+bwd against 2 stages, docs/benchmarks/runs/2026-11-25_bwd_stages): fp16 x0.963, K = V = 256
-    # bf16 x0.97, B1 T8192 H16 bf16 x0.96-0.99, fp32 x0.99, B2 T8192 H32 bf16 x0.997; 8 warps at BK 64 x1.15-1.32.
+    # H100 B2 T8192 H32 K128 bf16 (docs/benchmarks/NOTES.md at a24d737): BK 64 / BV 64 / 4 warps / 2 stages 4.13 ms;
+    # 1 stage 5.09, BV 32 5.89, BV 128 5.99, BK 128 / 8 warps 6.34, BK 32 / 2 stages 6.56, BK 32 / 8 warps 15.4.
+    # 3 stages (2026-11-25, fwd+bwd against 2 stages, docs/benchmarks/runs/2026-11-25_bwd_stages): fp16 x0.963,
+    # K = V = 256 bf16 x0.97, B1 T8192 H16 bf16 x0.96-0.99, fp32 x0.99, B2 T8192 H32 bf16 x0.997; 8 warps at BK 64
+    # x1.15-1.32.
     # The spanning form at K <= 128 takes 32-wide V blocks (H100 fwd+bwd, docs/benchmarks/runs/2026-11-26_k256_bwd):
     # fp32 B1 T8192 H16 7.840 -> 7.373 ms (BK 32 7.806, 2 stages 7.898, 8 warps 8.004), B2 T8192 H32 26.025 ->
     # 24.100; fp16 B1 T8192 H16 4.409 -> 4.325, B2 T8192 H32 12.613 -> 12.265
@@ -197,7 +199,8 @@ def intra_bwd_config(arch: int, K: int, V: int, span: bool = False, split: bool 
 
 
 def intra_bwd_candidates(arch: int, K: int, V: int) -> list[IntraConfig]:
-    """Alternatives to `intra_bwd_config` for TRITON_KDA_AUTOTUNE: the configurations of the H100 sweep (NOTES.md)."""
+    """Alternatives to `intra_bwd_config` for TRITON_KDA_AUTOTUNE: the configurations of the H100 sweep
+    (docs/benchmarks/NOTES.md at a24d737)."""
     kp, vp = _kpad(K, arch), _kpad(V, arch)
     return [IntraConfig(BC=16, BK=min(bk, kp), BV=min(bv, vp), num_warps=w, num_stages=s)
             for bk, bv, w, s in ((64, 64, 4, 2), (64, 128, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 1))]
@@ -233,7 +236,7 @@ def state_config(arch: int, K: int, V: int, elem_size: int, narrow: bool = False
         BV = 16 if BK > 128 or narrow else 32
     # double-buffer the chunk loads only for rows of <= 256 bytes: triton 3.6 pipelines the chunk loop deeper than
     # 3.7 and ran out of shared memory on sm90 at bf16 BK = 256 with two stages (237568 B > 232448 B)
-    # H100 bf16 K128 (docs/benchmarks/NOTES.md): 3 stages 0.35 ms, 2 stages 0.43 ms
+    # H100 bf16 K128 (docs/benchmarks/NOTES.md at a24d737): 3 stages 0.35 ms, 2 stages 0.43 ms
     stages = 3 if elem_size == 2 and BK <= 128 else 2 if elem_size * BK <= 256 else 1
     if elem_size == 4 and BK <= 128 and BV == 16 and arch in (90, 100):
         # fp32 rows of 512 bytes fit two stages in the 227 KiB of sm_90 / sm_100 with 16-wide V blocks. H100, B1
@@ -385,10 +388,11 @@ def bwd_precision_of(dtype: torch.dtype, gate: int = 0) -> BwdPrecision:
     there, 7.1e-4 / 6.3e-4 with tf32x3 there; tf32x3 in the state-side, state or WY products instead does not
     help). The gate gradient's spanning form for fp32 and fp16 (fp32 kda-check row B1 T40 l2norm + gate in kernel:
     dA_log 2.9e-5 -> 2.5e-6 through the interpreter; H100 B2 T8192 H32 fwd+bwd fp16 x0.98, fp32 x1.01); bf16 keeps
-    the E-form, whose kernel is faster and whose gate error the form does not move (docs/benchmarks/NOTES.md). bf16's
-    intra-chunk sums split their B operands (the anchored factors times qn, kn) in two TF32 products: the gate
-    gradient's cancelling sums amplify their rounding, not the A side's (dAqk, dL). H100, pre-gated bf16 B1 T256 H16
-    without a state, 8 seeds: dg 4.07e-3 with TF32, 2.92e-3 split (tf32x3 there: 2.92e-3), fla 3.78e-3
+    the E-form, whose kernel is faster and whose gate error the form does not move
+    (docs/benchmarks/NOTES.md at a24d737). bf16's intra-chunk sums split their B operands (the anchored factors times
+    qn, kn) in two TF32 products: the gate gradient's cancelling sums amplify their rounding, not the A side's (dAqk,
+    dL). H100, pre-gated bf16 B1 T256 H16 without a state, 8 seeds: dg 4.07e-3 with TF32, 2.92e-3 split (tf32x3 there:
+    2.92e-3), fla 3.78e-3
     (docs/benchmarks/runs/2026-11-26_split_products); the interpreter, fp16 inputs on this form: dg 2.7e-3 with
     rounded TF32, 4.4e-4 split, 3.8e-4 in fp32. The lower-bound gate (`gate` 2, Kimi's: per-token log-decays >= -5)
     splits only the B operands of each block's own 16 tokens ("tf32blocksplit"), as the compiled kernel

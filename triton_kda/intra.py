@@ -178,7 +178,7 @@ def _kda_intra_fwd_kernel(
         b_kn = tl.load(p_ks, boundary_check=(0, 1))
         b_gn = _gate_tile(g, bos, T, t0, i_hv, i_k + 1, HV, K, BT, BK)
         # G at each block's first row (the anchors) [NC, BK], by reductions over the [NC, BC, BK] view (cheaper than
-        # tl.gather, NOTES.md), and D = G - G_anchor <= 0 for every row
+        # tl.gather, docs/benchmarks/NOTES.md at a24d737), and D = G - G_anchor <= 0 for every row
         b_G3 = tl.reshape(b_G, (NC, BC, BK))
         b_Ganc = tl.sum(tl.where(tl.arange(0, BC)[None, :, None] == 0, b_G3, 0.0), axis=1)
         b_D = tl.reshape(b_G3 - b_Ganc[:, None, :], (BT, BK))

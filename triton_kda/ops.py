@@ -9,8 +9,8 @@ per CUDA-graph capture).
 
 Eager calls on plain tensors skip the custom-op dispatch: `forward` runs the same `fwd_impl`, autograd formula and
 `bwd_impl` through a `torch.autograd.Function` (half the host time of a training step on the CPU machine with the
-kernels stubbed, about 910 -> 470 us: docs/benchmarks/NOTES.md); compiled graphs, fake / meta tensors and tensor
-subclasses take the ops.
+kernels stubbed, about 910 -> 470 us: docs/benchmarks/NOTES.md at a24d737); compiled graphs, fake / meta tensors
+and tensor subclasses take the ops.
 
 The forward op first asks the backend registry (`triton_kda.backends`) which backend serves op ``chunk_kda_fwd`` on
 q's device, passing its verifiers the dict built by `_backend_args`. A compiled backend chosen there is called as
@@ -34,7 +34,8 @@ import torch
 from torch import Tensor
 
 from triton_kda import backends
-from triton_kda._validate import KDAProblem, seqlens_on_cpu
+from triton_kda._checks import seqlens_on_cpu
+from triton_kda._validate import KDAProblem
 from triton_kda.chunk_bwd import chunk_bwd
 from triton_kda.chunk_fwd import intra_stage, plan_chunks, saved_intermediates
 from triton_kda.configs import arch_of, cdiv, fp32_pairs

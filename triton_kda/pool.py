@@ -13,7 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kda._validate import KDAProblem, validate_state_pool
+from triton_kda._validate import KDAProblem
+from triton_kda._validate_recurrent import validate_state_pool
 from triton_kda.configs import arch_of, cdiv, pool_copy_config
 
 

@@ -54,8 +54,8 @@ _EXTRA_LAUNCHES = 4.0   # the map and chain launches
 _MIN_GAIN = 1.25        # split only where the model predicts at least this speed-up
 _MAX_FILL = 1 / 6       # ... and where one sequence's serial programs (HV x V blocks) fill at most this share of the
                         # slots: the model ignores bandwidth, and at B1 H32 (64 programs, 132-SM H200) CP lost 9% / 7%
-                        # fwd+bwd at T8192 / T32768 (docs/benchmarks/NOTES.md, 7bc5e02); at B1 H8 it gained 1.56x
-                        # forward. B1 H16 (64 programs of 32-wide V blocks, `configs.state_narrow`) stays serial
+                        # fwd+bwd at T8192 / T32768 (docs/benchmarks/NOTES.md at a24d737, 7bc5e02); at B1 H8 it gained
+                        # 1.56x forward. B1 H16 (64 programs of 32-wide V blocks, `configs.state_narrow`) stays serial
 
 
 class PiecePlan(NamedTuple):
