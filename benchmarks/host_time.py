@@ -2,6 +2,7 @@
 needed): the part of a step's wall time that is Python and launch bookkeeping rather than kernels.
 
     TRITON_INTERPRET=1 python -m benchmarks.host_time [--T 64] [--H 16] [--steps 200] [--op] [--profile]
+    python -m benchmarks.host_time --gpu [--shapes B1-T4096-H32,B1-T8192-H16,B2-T8192-H32]
 
 Kimi Linear's flags (l2norm, gate in kernel, safe_gate, lower_bound -5, beta sigmoid), B = 1, K = V = 128, fp32 CPU
 tensors (the host path does not depend on the dtype but for the launch tables; T small so that the orchestration's
@@ -12,6 +13,13 @@ machine) and the device / stream queries. Prints microseconds per step (best of 
 step; `--profile` adds a cProfile of steps sorted by own time. `--op` sends eager calls through the custom op as
 torch.compile does (`triton_kda.ops.forward` replaced by `ops.chunk_kda_fwd`) instead of the autograd.Function that
 eager calls take. The stand-ins stay installed: run it in its own process.
+
+`--gpu` measures real steps on a CUDA GPU instead (bf16, B1..B2 shapes, K = V = 128), ours and fla's where fla is
+importable: per shape the do_bench median; the host time per step (wall time to enqueue 20 steps without
+synchronizing, over 20: below the launch queue's depth, so the host waits on nothing unless a call synchronizes);
+the GPU time per step (CUDA events around 20 steps enqueued back to back, the GPU's idle gaps included); and the
+synchronizing calls of one step (`torch.cuda.set_sync_debug_mode`). A step whose host time reaches its do_bench
+time is host-bound.
 """
 from __future__ import annotations
 
@@ -21,17 +29,17 @@ import importlib
 import pkgutil
 import pstats
 import sys
+import time
 import timeit
+import warnings
 
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 import triton_kda
+from benchmarks.roofline import KIMI, parse_shape, step_inputs
 from triton_kda.chunk import chunk_kda
-
-KIMI = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, safe_gate=True, lower_bound=-5.0,
-            use_beta_sigmoid_in_kernel=True)
 
 
 class _StandIn:
@@ -58,6 +66,63 @@ def stub_kernels(launches: list[str]) -> int:
     return n
 
 
+def gpu_row(fn, d: dict, do: torch.Tensor, n: int = 20) -> tuple[float, float, float, int]:
+    """(do_bench ms, host ms, GPU ms, synchronizing calls) of the fwd+bwd step of `fn` on CUDA inputs `d`."""
+    from triton.testing import do_bench
+
+    def step():
+        o, _ = fn(**d, **KIMI)
+        torch.autograd.backward(o, do)
+        for t in d.values():
+            t.grad = None
+
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    host = (time.perf_counter() - t0) / n * 1e3
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        step()
+    b.record()
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = sum("called a synchronizing" in str(w.message) for w in caught)
+    return do_bench(step, warmup=10, rep=100), host, a.elapsed_time(b) / n, syncs
+
+
+def gpu_main(shapes: str) -> int:
+    if not torch.cuda.is_available():
+        print("benchmarks.host_time --gpu needs a CUDA GPU", file=sys.stderr)
+        return 2
+    fns = {"ours": chunk_kda}
+    try:
+        from fla.ops.kda import chunk_kda as fla_chunk_kda
+
+        fns["fla"] = fla_chunk_kda
+    except ImportError:
+        pass
+    print(f"{torch.cuda.get_device_name()}; ms per bf16 fwd+bwd step, Kimi flags")
+    print("| shape | impl | do_bench | host | GPU (events) | synchronizing calls |\n|---|---|---:|---:|---:|---:|")
+    for text in shapes.split(","):
+        B, T, H, K = parse_shape(text)
+        d, do = step_inputs(B, T, H, K, torch.bfloat16)
+        for name, fn in fns.items():
+            med, host, gpu, syncs = gpu_row(fn, d, do)
+            print(f"| {text} | {name} | {med:.3f} | {host:.3f} | {gpu:.3f} | {syncs} |", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--T", type=int, default=64, help="tokens (B = 1)")
@@ -65,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=200, help="steps per timed round")
     ap.add_argument("--op", action="store_true", help="eager calls through the custom op, as torch.compile makes them")
     ap.add_argument("--profile", action="store_true", help="also print a cProfile of the steps")
+    ap.add_argument("--gpu", action="store_true", help="real steps on a CUDA GPU, ours and fla's: host vs GPU time")
+    ap.add_argument("--shapes", default="B1-T4096-H32,B1-T8192-H16,B2-T8192-H32", help="with --gpu: B<n>-T<n>-H<n>,...")
     args = ap.parse_args(argv)
+    if args.gpu:
+        return gpu_main(args.shapes)
     if args.op:
         from triton_kda import ops
 

@@ -126,6 +126,14 @@ def test_host_time_runs_a_stubbed_step(tmp_path):
     assert "us per fwd+bwd step on the host" in out and "_kda_intra_fwd_kernel x1" in out
 
 
+def test_host_time_gpu_mode_needs_cuda(monkeypatch, capsys):
+    from benchmarks import host_time
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert host_time.main(["--gpu", "--shapes", "B1-T64-H2"]) == 2
+    assert "benchmarks.host_time --gpu needs a CUDA GPU" in capsys.readouterr().err
+
+
 def test_cp_check_tables_and_environment(monkeypatch):
     monkeypatch.setenv("TRITON_KDA_INTRACARD_CP_CHUNKS", "7")
     with cp_check.cp_env("1"):
