@@ -209,9 +209,9 @@ def time_vs_t_groups(timed: list[dict]) -> dict[tuple, list[tuple[int, float]]]:
     return {key: sorted(points.items()) for key, points in groups.items() if len(points) >= 2}
 
 
-def save_png(fig, path: Path, colors: int = 64) -> None:
-    """`fig` as a PNG of at most `colors` colours (a quarter of the bytes of a full-colour plot: the reports' plots
-    live in docs/, which stays small)."""
+def save_png(fig, path: Path, colors: int = 16) -> None:
+    """`fig` as a PNG of at most `colors` colours (a third of the bytes of a full-colour plot or less: the reports'
+    plots live in docs/, which stays small)."""
     from PIL import Image  # Pillow: a dependency of matplotlib
 
     fig.savefig(path, dpi=120)
