@@ -47,6 +47,7 @@ from triton_kda.chunk_bwd import chunk_bwd
 from triton_kda.chunk_fwd import intra_stage, plan_chunks, saved_intermediates
 from triton_kda.configs import _kpad, arch_of, cdiv, cp_config, precision_of
 from triton_kda.cp_plan import CPPlan, _all_gather, cp_plan
+from triton_kda.launch import launch_kernel
 from triton_kda.state import grad_state_dtype, state_fwd
 from triton_kda.state_cp import (
     _kda_state_cp_bwd_chain_kernel,
@@ -127,7 +128,7 @@ def _export(kernel, inputs: tuple, state, which: str, V: int, plan, cp: CPPlan, 
     if nm:
         # positional constexprs, in the same order in both kernels: HV, K, V, BT, BK, BC, NKB, HAS_H0 / HAS_DHT,
         # V_FIRST, IS_BF16, PREC, PAIRS
-        kernel[(nkb + cdiv(V, cfg.BC), nm, HV)](
+        launch_kernel(kernel, (nkb + cdiv(V, cfg.BC), nm, HV),
             *inputs, state if state is not None else buf, buf[s0:], plan.cu_seqlens, plan.chunk_offsets, *tables,
             HV, K, V, BT, _kpad(K, arch), cfg.BC, nkb, state is not None, state_v_first,
             inputs[0].dtype == torch.bfloat16, prec, pair, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -149,7 +150,7 @@ def _chain(kernel, maps: torch.Tensor, states: torch.Tensor, cp: CPPlan, chains:
         if chain is None:
             continue
         # arguments: maps, start state (unused: the first map already holds it), per-slot states, slot range
-        kernel[(cdiv(V, cfg.chain_BV), 1, HV)](
+        launch_kernel(kernel, (cdiv(V, cfg.chain_BV), 1, HV),
             maps, out, out, chain, HV, K, V, _kpad(K, arch), cfg.chain_BV, cfg.chain_BKC, False, state_v_first,
             num_warps=cfg.chain_warps, num_stages=1,
         )

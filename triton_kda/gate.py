@@ -12,6 +12,7 @@ import triton.language as tl
 
 from triton_kda._jit import LOG2E, _chunk_coords, _chunk_rows
 from triton_kda.configs import arch_of, cdiv, gate_bwd_config
+from triton_kda.launch import launch_kernel
 
 GATE_NONE = 0
 GATE_SOFTPLUS = 1
@@ -197,7 +198,7 @@ def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: flo
     cfg = gate_bwd_config(arch_of(g.device), K)
     has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
     Gc = torch.empty(TT, HV, K, device=g.device, dtype=torch.float32)
-    _kda_gate_cumsum_fwd_kernel[(plan.NT, HV, cdiv(K, cfg.BK))](
+    launch_kernel(_kda_gate_cumsum_fwd_kernel, (plan.NT, HV, cdiv(K, cfg.BK)),
         g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, Gc, plan.cu_seqlens, plan.chunk_indices,
         lower_bound if lower_bound is not None else 0.0,
         HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias, PREC=prec,
@@ -217,7 +218,7 @@ def gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT: int, BC: int, *, gate: int, lo
     dg = torch.empty_like(g)
     dA_log_part = torch.empty(NK, plan.NT, HV, **f32) if has_a_log else None
     ddt_bias_part = torch.empty(plan.NT, HV, K, **f32) if has_dt_bias else None
-    _kda_gate_bwd_kernel[(plan.NT, HV, NK)](
+    launch_kernel(_kda_gate_bwd_kernel, (plan.NT, HV, NK),
         g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, dD, dW, dg,
         dA_log_part if has_a_log else dD, ddt_bias_part if has_dt_bias else dD,
         plan.cu_seqlens, plan.chunk_indices, lower_bound if lower_bound is not None else 0.0, plan.NT,

@@ -50,6 +50,7 @@ from triton_kda.configs import (
     tuned,
 )
 from triton_kda.gate import GATE_LOWER_BOUND, _gate_cumsum, _gate_cumsum_of, _gate_tile, gate_bwd, gate_mode
+from triton_kda.launch import launch_kernel
 from triton_kda.wy import IntraOut, WYBwdOut
 
 BWD_OP = "kda_intra_bwd"  # the chunk-local and gate backward's op name in the backend registry
@@ -315,7 +316,7 @@ def intra_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, BT: int, *,
     gate = gate_mode(use_gate_in_kernel, lower_bound)
 
     def launch(cfg):
-        _kda_intra_fwd_kernel[(plan.NT, HV)](
+        launch_kernel(_kda_intra_fwd_kernel, (plan.NT, HV),
             q, k, v, g, beta, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q,
             # every IntraOut field but rs (this kernel writes no pairs)
             *(x if x is not None else out.Aqk for x in out[:-1]), plan.cu_seqlens, plan.chunk_indices, scale,
@@ -768,7 +769,7 @@ def intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WY
         NC, NK = BT // cfg.BC, cdiv(K, cfg.BK)
         dbeta = torch.empty(NK, TT, HV, **f32)
         dW = torch.empty(plan.NT, NC + 1, NC + 1, HV, K, **f32) if span else torch.empty(TT, HV, K, **f32)
-        kernel[(plan.NT * NC, HV, NK)](
+        launch_kernel(kernel, (plan.NT * NC, HV, NK),
             q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dD, dW, dbeta,
             plan.cu_seqlens, plan.chunk_indices, scale, TT,
             H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, PREC=prec,

@@ -5,6 +5,7 @@ import triton
 import triton.language as tl
 
 from triton_kda.configs import _kpad, arch_of, cdiv
+from triton_kda.launch import launch_kernel
 
 
 @triton.jit
@@ -35,7 +36,7 @@ def qk_bwd(x: torch.Tensor, dx_part: torch.Tensor, *, use_qk_l2norm_in_kernel: b
     TT, H, K = x.shape
     dx = torch.empty_like(x)
     BT = 32
-    _kda_qk_bwd_kernel[(cdiv(TT, BT), H)](
+    launch_kernel(_kda_qk_bwd_kernel, (cdiv(TT, BT), H),
         x, dx_part, dx, TT, H=H, G=dx_part.shape[1] // H, K=K, BT=BT, BK=_kpad(K, arch_of(x.device)),
         USE_L2NORM=use_qk_l2norm_in_kernel,
     )

@@ -35,6 +35,7 @@ from triton_kda.configs import (
     state_narrow,
     tuned,
 )
+from triton_kda.launch import launch_kernel
 from triton_kda.state_cp import (
     ENV_CKPT_CHUNKS,
     checkpoint_chunks,
@@ -200,7 +201,7 @@ def state_fwd(intra: IntraOut, initial_state, plan, BT: int, V: int, *, output_f
     v_new = torch.empty(TT, HV, V, device=dev, dtype=dt) if store_v_new else None
 
     def launch(cfg):
-        _kda_state_fwd_kernel[(cdiv(V, cfg.BV), runs.N, HV)](
+        launch_kernel(_kda_state_fwd_kernel, (cdiv(V, cfg.BV), runs.N, HV),
             intra.qg, intra.kg, intra.w, intra.u, intra.Aqk, intra.gl, intra.rs if pair else intra.gl,
             h0 if h0 is not None else o, o, ht if ht is not None else o,
             h if h is not None else o, v_new if v_new is not None else o,
@@ -312,7 +313,7 @@ def state_bwd(qg, kg, w, Aqk, gl, rs, do, dht, plan, BT: int, V: int, *, want_dh
     cfg = state_config(arch, K, V, w.element_size(), state_narrow(runs.N * HV, V, dev), pair_bwd=pair)
     shape = (runs.N, HV, V, K) if state_v_first else (runs.N, HV, K, V)
     dh0 = torch.empty(shape, device=dev, dtype=torch.float32) if want_dh0 else None
-    _kda_state_bwd_kernel[(cdiv(V, cfg.BV), runs.N, HV)](
+    launch_kernel(_kda_state_bwd_kernel, (cdiv(V, cfg.BV), runs.N, HV),
         qg, kg, w, Aqk, gl, rs if pair else gl, do, dht if dht is not None else dh, dh, dv_new,
         dh0 if dh0 is not None else dh,
         runs.cu_seqlens, runs.chunk_offsets,

@@ -41,6 +41,7 @@ from triton_kda._jit import (
     _state_offsets,
 )
 from triton_kda.configs import _kpad, arch_of, capturing, cdiv, cp_config, sm_count, state_config, state_narrow
+from triton_kda.launch import launch_kernel
 
 ENV_MODE = "TRITON_KDA_INTRACARD_CP"
 ENV_PIECE_CHUNKS = "TRITON_KDA_INTRACARD_CP_CHUNKS"
@@ -529,14 +530,14 @@ def cp_initial_states(kg, w, u, gl, rs, h0, seqs, pieces: PiecePlan, BT: int, *,
     init = torch.empty(state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
     common = dict(HV=HV, K=K, V=V, BK=_kpad(K, arch), V_FIRST=state_v_first)
     if pieces.NM:
-        _kda_state_cp_fwd_map_kernel[(nkb + cdiv(V, cfg.BC), pieces.NM, HV)](
+        launch_kernel(_kda_state_cp_fwd_map_kernel, (nkb + cdiv(V, cfg.BC), pieces.NM, HV),
             kg, w, u, gl, rs if rs.numel() else gl, h0 if h0 is not None else init, maps,
             pieces.cu_seqlens, pieces.chunk_offsets, pieces.piece_seq, pieces.seq_pieces, pieces.fwd_maps,
             BT=BT, BC=cfg.BC, NKB=nkb, HAS_H0=h0 is not None, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
             PAIRS=rs.numel() > 0,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **common,
         )
-    _kda_state_cp_fwd_chain_kernel[(cdiv(V, cfg.chain_BV), seqs.N, HV)](
+    launch_kernel(_kda_state_cp_fwd_chain_kernel, (cdiv(V, cfg.chain_BV), seqs.N, HV),
         maps, h0 if h0 is not None else init, init, pieces.seq_pieces, BV=cfg.chain_BV, BKC=cfg.chain_BKC,
         HAS_H0=h0 is not None,
         num_warps=cfg.chain_warps, num_stages=1, **common,
@@ -560,14 +561,14 @@ def cp_end_gradients(qg, kg, w, Aqk, gl, rs, do, dht, seqs, pieces: PiecePlan, B
     dend = torch.empty(state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
     common = dict(HV=HV, K=K, V=V, BK=_kpad(K, arch), V_FIRST=state_v_first)
     if pieces.NM:
-        _kda_state_cp_bwd_map_kernel[(nkb + cdiv(V, cfg.BC), pieces.NM, HV)](
+        launch_kernel(_kda_state_cp_bwd_map_kernel, (nkb + cdiv(V, cfg.BC), pieces.NM, HV),
             qg, kg, w, Aqk, gl, rs if rs.numel() else gl, do, dht if dht is not None else dend, maps,
             pieces.cu_seqlens, pieces.chunk_offsets, pieces.piece_seq, pieces.seq_pieces, pieces.bwd_maps,
             BT=BT, BC=cfg.BC, NKB=nkb, HAS_DHT=dht is not None, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
             PAIRS=rs.numel() > 0,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **common,
         )
-    _kda_state_cp_bwd_chain_kernel[(cdiv(V, cfg.chain_BV), seqs.N, HV)](
+    launch_kernel(_kda_state_cp_bwd_chain_kernel, (cdiv(V, cfg.chain_BV), seqs.N, HV),
         maps, dht if dht is not None else dend, dend, pieces.seq_pieces, BV=cfg.chain_BV, BKC=cfg.chain_BKC,
         HAS_DHT=dht is not None,
         num_warps=cfg.chain_warps, num_stages=1, **common,

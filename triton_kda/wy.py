@@ -10,6 +10,7 @@ import triton.language as tl
 from triton_kda._jit import _chunk_rows, _dot, _dot_split, _op, _pow2_scale, _split_operand, _state_offsets, _store_pair
 from triton_kda.configs import arch_of, fp32_pairs, precision_of, wy_bwd_config, wy_fwd_config
 from triton_kda.gate import _gate_cumsum, gate_mode
+from triton_kda.launch import launch_kernel
 
 
 @triton.jit
@@ -128,7 +129,7 @@ def wy_recompute(q, k, v, g, A_log, dt_bias, Aqk, rstd_q, rstd_k, beta_act, Akk,
     pair = dt == torch.float32 and fp32_pairs(arch_of(dev), K)
     rs = torch.empty(TT if pair else 0, HV, device=dev, dtype=torch.float32)
     gate = gate_mode(use_gate_in_kernel, lower_bound)
-    _kda_wy_fwd_kernel[(plan.NT, HV)](
+    launch_kernel(_kda_wy_fwd_kernel, (plan.NT, HV),
         q, k, v, g, A_log if A_log is not None else q, dt_bias if dt_bias is not None else q, rstd_q, rstd_k,
         beta_act, Akk, w, u, qg, kg, gl, rs if pair else gl, plan.cu_seqlens, plan.chunk_indices, scale,
         lower_bound if lower_bound is not None else 0.0,
@@ -247,7 +248,7 @@ def wy_bwd(k, v, Gc: Callable[[], torch.Tensor], rstd_k, beta_act, Akk, h, v_new
     f32 = dict(device=k.device, dtype=torch.float32)
     out = WYBwdOut(dv=torch.empty_like(v), dvb=torch.empty(TT, HV, V, **f32), dAqk=torch.empty(TT, HV, BT, **f32),
                    dL=torch.empty(TT, HV, BT, **f32), dbeta=torch.empty(TT, HV, **f32))
-    _kda_wy_bwd_kernel[(plan.NT, HV)](
+    launch_kernel(_kda_wy_bwd_kernel, (plan.NT, HV),
         # without VIA_STATE the kernel reads no Gc: an fp32 tensor of this call stands in for it
         k, v, Gc() if via_state else out.dAqk, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens,
         plan.chunk_indices,
