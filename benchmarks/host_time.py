@@ -39,6 +39,7 @@ from triton.runtime.jit import JITFunction
 
 import triton_kda
 from benchmarks.roofline import KIMI, parse_shape, step_inputs
+from benchmarks.roofline import step as roofline_step
 from triton_kda.chunk import chunk_kda
 
 
@@ -71,10 +72,7 @@ def gpu_row(fn, d: dict, do: torch.Tensor, n: int = 20) -> tuple[float, float, f
     from triton.testing import do_bench
 
     def step():
-        o, _ = fn(**d, **KIMI)
-        torch.autograd.backward(o, do)
-        for t in d.values():
-            t.grad = None
+        roofline_step(fn, d, do)
 
     for _ in range(5):
         step()
