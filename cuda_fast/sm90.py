@@ -67,8 +67,8 @@ def verify(args: dict) -> tuple[bool, str]:
         if t.is_contiguous() and t.data_ptr() % align:
             return False, f"{name}'s data pointer is not {align}-byte aligned"
     if args["q"].is_cuda and _triton_splits(args):
-        # measured (docs/benchmarks/runs/2026-11-22_reports/H100_sm90.md): with few heads and long sequences Triton's chunk-parallel state
-        # passing is faster than this backend's serial recurrence
+        # measured (docs/benchmarks/runs/2026-11-22_reports/H100_sm90.md): with few heads and long sequences
+        # Triton's chunk-parallel state passing is faster than this backend's serial recurrence
         return False, (f"Triton's intra-card chunk-parallel state passing is faster here (N*HV = "
                        f"{args['N'] * args['HV']}, sequences split into pieces)")
     return True, "bf16, K = V = 128, inference"

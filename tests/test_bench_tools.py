@@ -108,6 +108,17 @@ def test_roofline_parses_shapes_and_specs_and_needs_cuda(monkeypatch, capsys):
     assert "benchmarks.roofline needs a CUDA GPU" in capsys.readouterr().err
 
 
+def test_roofline_sends_kept_launches_through_triton():
+    from triton_kda import launch
+
+    launch._KEPT["k"] = "kept"
+    with roofline.launches_through_triton():
+        assert launch._KEPT.get("k") is None
+        launch._KEPT["x"] = "dropped"  # what launch_kernel would keep
+        assert "x" not in launch._KEPT
+    assert launch._KEPT.pop("k") == "kept" and "x" not in launch._KEPT
+
+
 def test_roofline_table_sets_each_kernel_against_its_floor():
     times = {"_kda_state_fwd_kernel": 100.0, "void (anonymous namespace)::kda_intra_bwd_kernel<1, 2>": 400.0,
              "void at::native::elementwise": 5.0}
