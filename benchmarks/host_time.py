@@ -38,7 +38,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 import triton_kda
-from benchmarks.roofline import KIMI, parse_shape, step_inputs
+from benchmarks.roofline import KIMI, step_inputs, step_shape
 from benchmarks.roofline import step as roofline_step
 from triton_kda.chunk import chunk_kda
 
@@ -113,8 +113,7 @@ def gpu_main(shapes: str) -> int:
     print(f"{torch.cuda.get_device_name()}; ms per bf16 fwd+bwd step, Kimi flags")
     print("| shape | impl | do_bench | host | GPU (events) | synchronizing calls |\n|---|---|---:|---:|---:|---:|")
     for text in shapes.split(","):
-        B, T, H, K = parse_shape(text)
-        d, do = step_inputs(B, T, H, K, torch.bfloat16)
+        d, do = step_inputs(step_shape(text), torch.bfloat16)
         for name, fn in fns.items():
             med, host, gpu, syncs = gpu_row(fn, d, do)
             print(f"| {text} | {name} | {med:.3f} | {host:.3f} | {gpu:.3f} | {syncs} |", flush=True)

@@ -1,6 +1,6 @@
 """Each kernel of a fwd+bwd step against its memory floor, for one or more copies of the package side by side.
 
-    python -m benchmarks.roofline [--pkg head=.:triton_kda] [--shape B2-T8192-H32[-K256]] [--dtype bf16]
+    python -m benchmarks.roofline [--pkg head=.:triton_kda] [--shape B2-T8192-H32[-HV64][-K256]] [--dtype bf16]
     python -m benchmarks.roofline --pkg triton=.:triton_kda@TRITON_KDA_SM90_BWD=0 \\
         --pkg cuda=.:triton_kda@TRITON_KDA_SM90_BWD=1
     python -m benchmarks.roofline --pkg old=.base:triton_kda_old --pkg new=.:triton_kda
@@ -22,28 +22,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import os
+import re
 import sys
 from collections.abc import Callable
 
 import torch
 
 from benchmarks.cases import TORCH_DTYPES
+from benchmarks.suites import Shape, parse_shape
 from benchmarks.timing import copy_bandwidth_tbps, cuda_timer
 
 KIMI = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, safe_gate=True, lower_bound=-5.0,
             use_beta_sigmoid_in_kernel=True)
 COMPILED = "kda_intra_bwd_kernel<"  # the profiler's name of the compiled backward starts so (templated per K, form)
-
-
-def parse_shape(text: str) -> tuple[int, int, int, int]:
-    """"B2-T8192-H32" or "B2-T8192-H16-K256" -> (B, T, H, K); K = V, 128 unless given."""
-    try:
-        dims = {x[0]: int(x[1:]) for x in text.split("-")}
-        return dims["B"], dims["T"], dims["H"], dims.get("K", 128)
-    except (KeyError, ValueError, IndexError):
-        raise ValueError(f"--shape: expected B<n>-T<n>-H<n>[-K<n>], e.g. B2-T8192-H32, got {text!r}") from None
 
 
 def load_spec(spec: str) -> tuple[str, Callable]:
@@ -67,19 +61,27 @@ def load_spec(spec: str) -> tuple[str, Callable]:
     return name, with_env
 
 
-def step_inputs(B: int, T: int, H: int, K: int, dtype: torch.dtype, device: str = "cuda") -> tuple[dict, torch.Tensor]:
-    """Leaves requiring grad (q, k, v, g, beta, A_log, dt_bias; K = V) and the upstream gradient of o."""
+def step_shape(text: str) -> Shape:
+    """`benchmarks.suites.parse_shape`, but V = K unless V is given ("B2-T8192-H16-K256": K = V = 256)."""
+    shape = parse_shape(text)
+    return shape if re.search(r"(^|-)V\d", text) else dataclasses.replace(shape, V=shape.K)
+
+
+def step_inputs(shape: Shape, dtype: torch.dtype, device: str = "cuda") -> tuple[dict, torch.Tensor]:
+    """Leaves requiring grad (q, k [B, T, H, K]; v [B, T, HV, V]; g [B, T, HV, K]; beta [B, T, HV]; A_log [HV];
+    dt_bias [HV * K]) and the upstream gradient of o [B, T, HV, V]."""
     gen = torch.Generator(device=device).manual_seed(0)
+    B, T, H, HV, K, V = shape.B, shape.T, shape.H, shape.HV, shape.K, shape.V
 
     def rn(*s):
         return torch.randn(*s, generator=gen, device=device)
 
-    d = dict(q=rn(B, T, H, K).to(dtype), k=rn(B, T, H, K).to(dtype), v=rn(B, T, H, K).to(dtype),
-             g=rn(B, T, H, K).to(dtype), beta=rn(B, T, H).to(dtype),
-             A_log=torch.log(1 + 15 * torch.rand(H, generator=gen, device=device)), dt_bias=0.1 * rn(H * K))
+    d = dict(q=rn(B, T, H, K).to(dtype), k=rn(B, T, H, K).to(dtype), v=rn(B, T, HV, V).to(dtype),
+             g=rn(B, T, HV, K).to(dtype), beta=rn(B, T, HV).to(dtype),
+             A_log=torch.log(1 + 15 * torch.rand(HV, generator=gen, device=device)), dt_bias=0.1 * rn(HV * K))
     for t in d.values():
         t.requires_grad_(True)
-    return d, rn(B, T, H, K).to(dtype)
+    return d, rn(B, T, HV, V).to(dtype)
 
 
 def step(fn: Callable, d: dict, do: torch.Tensor) -> None:
@@ -191,11 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pkg", action="append",
                     help="NAME=DIR:MODULE[@VAR=VALUE] (repeatable; default head=.:triton_kda)")
-    ap.add_argument("--shape", default="B2-T8192-H32", help="B<n>-T<n>-H<n>[-K<n>] (K = V, default 128)")
+    ap.add_argument("--shape", default="B2-T8192-H32",
+                    help="B<n>-T<n>-H<n>[-HV<n>][-K<n>][-V<n>] (HV = H, K = V = 128 unless given)")
     ap.add_argument("--dtype", default="bf16", choices=sorted(TORCH_DTYPES))
     ap.add_argument("--steps", type=int, default=10, help="profiled steps per package")
     args = ap.parse_args(argv)
-    B, T, H, K = parse_shape(args.shape)
+    shape = step_shape(args.shape)
     if not torch.cuda.is_available():
         print("benchmarks.roofline needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -205,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     tbps = copy_bandwidth_tbps(cuda_timer(25, 200), torch.device("cuda"))
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}; "
           f"copy bandwidth {tbps:.2f} TB/s", flush=True)
-    d, do = step_inputs(B, T, H, K, TORCH_DTYPES[args.dtype])
+    d, do = step_inputs(shape, TORCH_DTYPES[args.dtype])
     rows = [f"{args.shape} {args.dtype}, per fwd+bwd step: us (torch.profiler, {args.steps} steps), MB of distinct "
             f"tensor arguments, % of the floor (those bytes at {tbps:.2f} TB/s)",
             "| package | kernel | us | MB | floor us | % of floor |", "|---|---|---:|---:|---:|---:|"]

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import astuple
 
 import pytest
 import torch
@@ -92,10 +93,11 @@ def test_gate_regimes_runs_ours_through_the_interpreter(tmp_path, capsys):
 
 
 def test_roofline_parses_shapes_and_specs_and_needs_cuda(monkeypatch, capsys):
-    assert roofline.parse_shape("B2-T8192-H32") == (2, 8192, 32, 128)
-    assert roofline.parse_shape("B2-T8192-H16-K256") == (2, 8192, 16, 256)
-    with pytest.raises(ValueError, match="--shape: expected B<n>-T<n>-H<n>"):
-        roofline.parse_shape("2x8192")
+    assert astuple(roofline.step_shape("B2-T8192-H32"))[:6] == (2, 8192, 32, 32, 128, 128)
+    assert astuple(roofline.step_shape("B2-T8192-H16-K256"))[:6] == (2, 8192, 16, 16, 256, 256)
+    assert astuple(roofline.step_shape("B2-T8192-H8-HV64-K256-V128"))[:6] == (2, 8192, 8, 64, 256, 128)
+    with pytest.raises(ValueError, match="cannot read '2x8192'"):
+        roofline.step_shape("2x8192")
     with pytest.raises(ValueError, match="--pkg: expected NAME=DIR:MODULE"):
         roofline.load_spec("head")
     name, fn = roofline.load_spec("cuda=.:triton_kda@TRITON_KDA_TEST_ROOFLINE=1")
