@@ -71,14 +71,33 @@ def verify(args: dict) -> tuple[bool, str]:
         # Triton's chunk-parallel state passing is faster than this backend's serial recurrence
         return False, (f"Triton's intra-card chunk-parallel state passing is faster here (N*HV = "
                        f"{args['N'] * args['HV']}, sequences split into pieces)")
+    if args["q"].is_cuda and _few_programs(_lens(args), args["HV"], sm_count(args["q"].device)):
+        return False, (f"Triton's 64-token state pass is faster here (N*HV = {args['N'] * args['HV']}: at most half "
+                       f"the SMs busy in this backend's 16-token recurrence, a sequence of >= {FEW_MIN_TOKENS} tokens)")
     return True, "bf16, K = V = 128, inference"
+
+
+FEW_MIN_TOKENS = 4096  # the shortest longest-sequence for which `_few_programs` hands a call to Triton
+
+
+def _few_programs(lens: tuple, HV: int, sms: int) -> bool:
+    """Whether the recurrence kernel would run at most sms / 2 programs (32-wide V blocks: N HV D / 32) over a
+    sequence of at least FEW_MIN_TOKENS tokens: its 16-token steps then take longer than Triton's serial pass over
+    64-token chunks with as many programs. H100, bf16 Kimi flags, no_grad, Triton / this backend
+    (docs/benchmarks/runs/2026-11-27_b1_forward): N HV = 16 at T = 4096 / 8192 / 16384 x0.90 / x0.89 / x0.90, N HV =
+    8 at T = 4096 x0.78, but x1.44 at T = 2048 (fixed costs); N HV = 32 x1.10 (T = 8192)."""
+    return bool(lens) and 2 * len(lens) * HV * (D // 32) <= sms and max(lens) >= FEW_MIN_TOKENS
+
+
+def _lens(args: dict) -> tuple:
+    """Token count of each sequence of a call (host ints, from the CPU copy of cu_seqlens or from B and T)."""
+    seqlens = args["seqlens_cpu"]
+    return tuple((seqlens[1:] - seqlens[:-1]).tolist()) if seqlens is not None else (args["T"],) * args["B"]
 
 
 def _triton_splits(args: dict) -> bool:
     """Whether the Triton path would split this call's sequences into pieces (triton_kda.state_cp's planner)."""
-    seqlens = args["seqlens_cpu"]
-    lens = tuple((seqlens[1:] - seqlens[:-1]).tolist()) if seqlens is not None else (args["T"],) * args["B"]
-    return piece_chunks(lens, args["chunk_size"], args["HV"], D, D, 2, args["q"].device) > 0
+    return piece_chunks(_lens(args), args["chunk_size"], args["HV"], D, D, 2, args["q"].device) > 0
 
 
 def block_v(N: int, HV: int, device: torch.device) -> int:

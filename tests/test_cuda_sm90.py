@@ -274,6 +274,25 @@ def test_auto_dispatch_picks_sm90_for_inference_only(monkeypatch):
     assert [e.name for e in backends.backend_report() if e.op == sm90.OP] == ["triton"]
 
 
+@pytest.mark.parametrize("lens, HV, sms, few", [
+    ((8192,), 16, 132, True), ((4096,), 8, 132, True), ((100, 4096), 8, 132, True),
+    ((8192,), 32, 132, False), ((2048,), 16, 132, False), ((4095,), 16, 132, False), ((8192,) * 2, 16, 132, False),
+    ((8192,), 16, 264, True), ((), 8, 132, False),
+], ids=["HV16-T8192", "HV8-T4096", "two-seqs-HV8", "HV32", "T2048", "T4095", "B2-HV16", "264-SMs", "no-seqs"])
+def test_few_programs_rule(lens, HV, sms, few):
+    """At most half the SMs busy in the 16-token recurrence over a long enough sequence: Triton's pass is faster."""
+    assert sm90._few_programs(lens, HV, sms) is few
+
+
+@pytest.mark.gpu
+@needs_target
+def test_verifier_leaves_few_long_sequences_to_triton():
+    d = make_inputs(1, 4096, 16, 16, 128, 128, dtype=torch.bfloat16, device="cuda", use_qk_l2norm_in_kernel=True)
+    ok, why = sm90.verify(_prepare(d)[2])
+    assert not ok and "64-token state pass is faster here (N*HV = 16" in why, why
+    assert sm90.verify(_prepare({**d, **{k: d[k][:, :2048] for k in ("q", "k", "v", "g", "beta")}})[2])[0]
+
+
 @pytest.mark.gpu
 @needs_target
 def test_verifier_leaves_split_sequences_to_triton(monkeypatch):
