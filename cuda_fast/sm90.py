@@ -66,14 +66,18 @@ def verify(args: dict) -> tuple[bool, str]:
         t = args[name]
         if t.is_contiguous() and t.data_ptr() % align:
             return False, f"{name}'s data pointer is not {align}-byte aligned"
-    if args["q"].is_cuda and _triton_splits(args):
-        # measured (docs/benchmarks/runs/2026-11-22_reports/H100_sm90.md): with few heads and long sequences
-        # Triton's chunk-parallel state passing is faster than this backend's serial recurrence
-        return False, (f"Triton's intra-card chunk-parallel state passing is faster here (N*HV = "
-                       f"{args['N'] * args['HV']}, sequences split into pieces)")
-    if args["q"].is_cuda and _few_programs(_lens(args), args["HV"], sm_count(args["q"].device)):
-        return False, (f"Triton's 64-token state pass is faster here (N*HV = {args['N'] * args['HV']}: at most half "
-                       f"the SMs busy in this backend's 16-token recurrence, a sequence of >= {FEW_MIN_TOKENS} tokens)")
+    if args["q"].is_cuda:  # Triton's faster paths (measured on GPUs; the CPU interpreter has no SM count)
+        lens = _lens(args)
+        if piece_chunks(lens, args["chunk_size"], args["HV"], D, D, 2, args["q"].device) > 0:
+            # measured (docs/benchmarks/runs/2026-11-22_reports/H100_sm90.md): with few heads and long sequences
+            # Triton's chunk-parallel state passing (its planner splits these sequences) is faster than this
+            # backend's serial recurrence
+            return False, (f"Triton's intra-card chunk-parallel state passing is faster here (N*HV = "
+                           f"{args['N'] * args['HV']}, sequences split into pieces)")
+        if _few_programs(lens, args["HV"], sm_count(args["q"].device)):
+            return False, (f"Triton's 64-token state pass is faster here (N*HV = {args['N'] * args['HV']}: at most "
+                           f"half the SMs busy in this backend's 16-token recurrence, a sequence of >= "
+                           f"{FEW_MIN_TOKENS} tokens)")
     return True, "bf16, K = V = 128, inference"
 
 
@@ -94,10 +98,6 @@ def _lens(args: dict) -> tuple:
     seqlens = args["seqlens_cpu"]
     return tuple((seqlens[1:] - seqlens[:-1]).tolist()) if seqlens is not None else (args["T"],) * args["B"]
 
-
-def _triton_splits(args: dict) -> bool:
-    """Whether the Triton path would split this call's sequences into pieces (triton_kda.state_cp's planner)."""
-    return piece_chunks(_lens(args), args["chunk_size"], args["HV"], D, D, 2, args["q"].device) > 0
 
 
 def block_v(N: int, HV: int, device: torch.device) -> int:
