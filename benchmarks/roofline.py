@@ -16,7 +16,8 @@ tensors its launches take (each tensor argument once per launch, by address: one
 the compiled chunk-local backward's launches (cuda_fast.sm90_bwd, from the tensors whose pointers it passes); and
 that traffic at the copy bandwidth measured in the same process as the kernel's floor (``% of floor`` = floor /
 time). Products are not counted. Kernels launched by torch (the .grad accumulation, casts) are listed with their
-time only. Needs a CUDA GPU; the last line is a one-line summary.
+time only; our other compiled kernels (names with ``kda_``) too, and their time counts in the total. Needs a CUDA
+GPU; the last line is a one-line summary.
 """
 from __future__ import annotations
 
@@ -179,6 +180,8 @@ def table(name: str, times: dict[str, float], nbytes: dict[str, int], tbps: floa
     for k, us in sorted(times.items(), key=lambda kv: -kv[1]):
         b = nbytes.get(COMPILED if COMPILED in k else k)
         if b is None:
+            if "kda_" in k:  # ours without counted bytes (a compiled kernel other than COMPILED): time, no floor
+                tot_us += us
             rows.append(f"| {name} | {k[:50]} | {us:.1f} | - | - | - |")
             continue
         floor = b / (tbps * 1e12) * 1e6

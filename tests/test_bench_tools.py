@@ -123,13 +123,14 @@ def test_roofline_sends_kept_launches_through_triton():
 
 def test_roofline_table_sets_each_kernel_against_its_floor():
     times = {"_kda_state_fwd_kernel": 100.0, "void (anonymous namespace)::kda_intra_bwd_kernel<1, 2>": 400.0,
-             "void at::native::elementwise": 5.0}
+             "void at::native::elementwise": 5.0, "void (anonymous namespace)::kda_other_kernel<1>": 50.0}
     nbytes = {"_kda_state_fwd_kernel": 150_000_000, roofline.COMPILED: 300_000_000}
     rows, us, floor = roofline.table("head", times, nbytes, tbps=3.0)
     assert rows[0] == "| head | void (anonymous namespace)::kda_intra_bwd_kernel<1 | 400.0 | 300 | 100.0 | 25% |"
     assert rows[1] == "| head | _kda_state_fwd_kernel | 100.0 | 150 | 50.0 | 50% |"
-    assert rows[2] == "| head | void at::native::elementwise | 5.0 | - | - | - |"
-    assert rows[3] == "| head | our kernels | 500.0 | | 150.0 | 30% |" and (us, floor) == (500.0, 150.0)
+    assert rows[2] == "| head | void (anonymous namespace)::kda_other_kernel<1> | 50.0 | - | - | - |"
+    assert rows[3] == "| head | void at::native::elementwise | 5.0 | - | - | - |"
+    assert rows[4] == "| head | our kernels | 550.0 | | 150.0 | 27% |" and (us, floor) == (550.0, 150.0)
 
 
 def test_host_time_runs_a_stubbed_step(tmp_path):
