@@ -3,6 +3,7 @@
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
         torchrun --nproc_per_node 2 -m benchmarks.cp_dist --out DIR [--fla] [--tune-cache DIR] [--budget-s 480]
     torchrun --nproc_per_node 2 -m benchmarks.cp_dist --smoke --out DIR   # tiny shapes (gloo + interpreter on CPU)
+    ... -m benchmarks.cp_dist --timings-only ...                          # sections 2-4 only
 
 NVLink multicast stays off: the three variables above are set again in every rank before the process group starts
 (NCCL, PyTorch's symmetric memory and NVSHMEM read them there). Every rank runs every step, in the same order;
@@ -528,6 +529,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tune-cache", help="keep fla's autotuning results in this folder between runs")
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--smoke", action="store_true", help="tiny shapes (fp32 on CPU, bf16 on GPUs)")
+    ap.add_argument("--timings-only", action="store_true", help="sections 2-4 only (no checks)")
     args = ap.parse_args(argv)
     os.environ.update(MULTICAST_OFF)
     cuda = torch.cuda.is_available()
@@ -576,15 +578,18 @@ def main(argv=None) -> int:
         if s.rank == 0:
             write(out, s, sections, notes)
 
-    step("check long", check_long, sections["checks"])
-    step("check varlen", check_varlen, sections["checks"])
-    step("check no sync", check_no_sync, sections["checks"])
+    checks = not args.timings_only
+    if checks:
+        step("check long", check_long, sections["checks"])
+        step("check varlen", check_varlen, sections["checks"])
+        step("check no sync", check_no_sync, sections["checks"])
     for T in sizes.time_Ts:
         step(f"timings T{T}", timing_rows, T, sections["timings"], sections["breakdown"], deadline)
     if args.fla:
         for T in sizes.time_Ts:
             step(f"fla T{T}", fla_rows, T, sections["timings"], sections["fla"])
-    step("check graph", check_graph, sections["checks"])
+    if checks:
+        step("check graph", check_graph, sections["checks"])
     if args.tune_cache and s.rank == 0:
         from benchmarks import tune_cache
 

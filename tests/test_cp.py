@@ -25,7 +25,10 @@ import torch.multiprocessing as mp
 from tests.test_chunk_bwd import LEAVES, _cotangents, _inputs
 from tests.utils import assert_close, case_id
 from triton_kda import chunk_kda
-from triton_kda.cp_plan import partition
+from triton_kda.configs import _kpad, arch_of, cp_config
+from triton_kda.cp import _export_tables
+from triton_kda.cp_plan import _Part, partition
+from triton_kda.state_cp import ENV_MAP_CHUNKS, _kda_state_cp_compose_kernel
 
 CP_VS_SINGLE = 1e-6
 SHARED = ("A_log", "dt_bias", "initial_state")  # one tensor for all ranks: the ranks' gradients add up
@@ -34,9 +37,12 @@ STATES = dict(initial_state=True, output_final_state=True)
 DIMS = dict(B=1, H=1, HV=2, K=16, V=16)
 
 
-def _case(name, W, layout, seqlens, ctx="ours", compiled=False, **flags):
-    return dict(name=name, W=W, layout=layout, ctx=ctx, compiled=compiled, params=dict(
+def _case(name, W, layout, seqlens, ctx="ours", compiled=False, env=None, **flags):
+    return dict(name=name, W=W, layout=layout, ctx=ctx, compiled=compiled, env=env or {}, params=dict(
         DIMS, T=sum(seqlens), seqlens=seqlens, chunk_size=flags.pop("chunk_size", 32), **flags))
+
+
+PIECES_OF_ONE_CHUNK = {ENV_MAP_CHUNKS: "1"}  # every exported map in pieces of one chunk, composed
 
 
 CASES = [
@@ -58,6 +64,12 @@ CASES = [
     _case("zigzag-span", 3, "zigzag", [40, 0, 100, 52], **STATES),
     # one sequence over all ranks (6 slots), disable_recompute, fla's zigzag context
     _case("fla-zigzag-one-seq", 3, "zigzag", [192], ctx="fla", disable_recompute=True),
+    # the exported maps in pieces: E of rank 0 (from h0) over 3 chunks; rank 1 (no chain) sends F from its own state
+    # backward, V-first
+    _case("pieces-cut", 2, "contiguous", [150, 0, 42], env=PIECES_OF_ONE_CHUNK, state_v_first=True, **STATES),
+    # ... [M | E] and [M^T | F] composed on rank 1 (the middle of sequence 0); zigzag's two exports per rank
+    _case("pieces-middle", 3, "contiguous", [150, 0, 30, 12], env=PIECES_OF_ONE_CHUNK, **STATES),
+    _case("pieces-zigzag", 2, "zigzag", [150, 106], env=PIECES_OF_ONE_CHUNK, state_v_first=True, **STATES),
 ]
 
 
@@ -176,10 +188,18 @@ def _worker(rank: int, W: int, port: int, cases: list, out_dir: str) -> None:
                             timeout=datetime.timedelta(seconds=120))
     try:
         for case in cases:
+            saved = {k: os.environ.get(k) for k in case["env"]}
+            os.environ.update(case["env"])
             try:
                 res = _cp_run(case, rank, dist.group.WORLD)
             except Exception:
                 res = {"traceback": traceback.format_exc()}
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
             torch.save(res, os.path.join(out_dir, f"{case['name']}-r{rank}.pt"))
         torch.save(_error_cases(W, rank, dist.group.WORLD), os.path.join(out_dir, f"errors-r{rank}.pt"))
     finally:
@@ -314,3 +334,43 @@ def test_partition_matches_fla(bounds, W, layout):
         assert len(ours["seq_ids"]) == len(ours["cu_seqlens"]) - 1
     empties = [n for n in range(len(bounds) - 1) if bounds[n] == bounds[n + 1]]
     assert sorted(owners) == empties  # every empty sequence has exactly one rank
+
+
+def test_export_tables_cut_the_exported_sequences():
+    # one part: sequence 0 continues from earlier parts, sequence 2 into later ones (chunks of 32: 3, 1, 5)
+    parts = (_Part(1, 0, 2, 1, 1),)
+    fwd = _export_tables(parts, (96, 0, 150), 32, 2, "post", torch.device("cpu"))
+    assert fwd.cu_seqlens.tolist() == [0, 96, 96, 160, 224, 246]
+    assert fwd.chunk_offsets.tolist() == [0, 3, 3, 5, 7, 8]
+    assert fwd.piece_seq.tolist() == [0, 1, 2, 2, 2]
+    assert fwd.ends.tolist() == [-1, 1, 2, -1]  # sequence 0 was continued, 1 and 2 start here
+    assert fwd.map_pieces.tolist() == [2, 3, 4] and fwd.runs.tolist() == [0, 3] and fwd.run_m.tolist() == [0]
+    assert (fwd.NM, fwd.R, fwd.split) == (3, 1, True)
+    bwd = _export_tables(parts, (96, 0, 150), 32, 2, "pre", torch.device("cpu"))
+    assert bwd.piece_seq.tolist() == [0, 0, 1, 2] and bwd.cu_seqlens.tolist() == [0, 64, 96, 96, 246]
+    assert bwd.ends.tolist() == [-1, 2, 3, -1]  # sequence 2 continues: its end needs the later parts
+    assert bwd.map_pieces.tolist() == [0, 1] and bwd.run_m.tolist() == [0] and bwd.split  # 0 ends here
+    # a part that holds the middle of one sequence; pieces as long as the sequence keep it whole
+    mid = _export_tables((_Part(1, 0, 0, 1, 1),), (64,), 32, 2, "post", torch.device("cpu"))
+    assert mid.map_pieces.tolist() == [0] and mid.run_m.tolist() == [1] and not mid.split
+
+
+def test_compose_kernel_chains_piece_maps():
+    """[M | E] of three pieces composed forward and [M^T | F] backward, against the fp64 products."""
+    K, V, HV = 16, 8, 2
+    gen = torch.Generator().manual_seed(0)
+    maps = torch.randn(4, HV, K, K + V, generator=gen) / K ** 0.5
+    runs, run_m = torch.tensor([0, 3, 4]), torch.tensor([1, 0], dtype=torch.int32)
+    cfg = cp_config(arch_of(maps.device), K, V, 4)
+    for reverse in (False, True):
+        out = torch.full((2, HV, K, K + V), float("nan"))
+        _kda_state_cp_compose_kernel[(-(-(K + V) // cfg.chain_BV), 2, HV)](
+            maps, out, runs, run_m, HV, K, V, _kpad(K, 0), cfg.chain_BV, cfg.chain_BKC, reverse,
+            num_warps=cfg.chain_warps)
+        m = maps.double()
+        order = [2, 1, 0] if reverse else [0, 1, 2]
+        want = m[order[0]].clone()
+        for j in order[1:]:
+            want = m[j][..., :K] @ want + torch.cat([torch.zeros(HV, K, K, dtype=m.dtype), m[j][..., K:]], -1)
+        assert_close(f"composed map (reverse={reverse})", out[0], want, 1e-6)
+        assert torch.equal(out[1, ..., K:], maps[3, ..., K:]) and out[1, ..., :K].isnan().all()  # M not needed

@@ -16,12 +16,14 @@ from tests.utils import DEVICE, assert_close, case_id
 from triton_kda import chunk_kda, configs, state_cp
 from triton_kda.state_cp import (
     ENV_CKPT_CHUNKS,
+    ENV_MAP_CHUNKS,
     ENV_MODE,
     ENV_PIECE_CHUNKS,
     _piece_chunks,
     _piece_plan,
     _slot_table,
     checkpoint_chunks,
+    map_piece_chunks,
     piece_chunks,
     plan_pieces,
 )
@@ -153,6 +155,23 @@ def _on_132_sms(monkeypatch):
     monkeypatch.setattr(state_cp, "sm_count", lambda device: 132)
     monkeypatch.setattr(configs, "sm_count", lambda device: 132)
     return torch.device("cuda")
+
+
+def test_exported_maps_cut_to_fill_the_gpu(monkeypatch):
+    """CP across ranks (cp.py): a rank's exported map over a long local sequence runs in pieces whose map programs
+    fill the SMs; the environment fixes the length."""
+    dev = _on_132_sms(monkeypatch)
+    monkeypatch.delenv(ENV_MAP_CHUNKS, raising=False)
+    # B1 H32 K = V = 128 bf16, T = 256K over 2 ranks: 2048 chunks, 128 map programs per piece -> 4 pieces
+    assert map_piece_chunks((2048,), 32, 128, 128, 2, dev) == 512
+    assert map_piece_chunks((2048,), 4, 128, 128, 2, dev) == 128  # fewer heads, finer pieces
+    assert map_piece_chunks((1,), 32, 128, 128, 2, dev) == 1
+    monkeypatch.setenv(ENV_MAP_CHUNKS, "7")
+    assert map_piece_chunks((2048,), 32, 128, 128, 2, dev) == 7
+    for bad in ("0", "x"):
+        monkeypatch.setenv(ENV_MAP_CHUNKS, bad)
+        with pytest.raises(ValueError, match=ENV_MAP_CHUNKS):
+            map_piece_chunks((2048,), 32, 128, 128, 2, dev)
 
 
 def test_planner_against_the_narrow_serial_blocks(monkeypatch):

@@ -52,41 +52,83 @@ from triton_kda.state import grad_state_dtype, state_fwd
 from triton_kda.state_cp import (
     _kda_state_cp_bwd_chain_kernel,
     _kda_state_cp_bwd_map_kernel,
+    _kda_state_cp_compose_kernel,
     _kda_state_cp_fwd_chain_kernel,
     _kda_state_cp_fwd_map_kernel,
+    map_piece_chunks,
     state_shape,
 )
 from triton_kda.wy import IntraOut, pairs, wy_recompute
 
 
-class _Tables(NamedTuple):
-    """Device tables that point the state_cp map and chain kernels at this rank's end sequences."""
-    piece_seq: torch.Tensor    # [N_local] int32: arange (a local sequence is its own piece and state row)
-    fwd_first: torch.Tensor    # [N_local + 1] int64: [n] = n where local sequence n starts on this rank, else -1
-    bwd_last: torch.Tensor     # [N_local + 1] int64: [n + 1] = n + 1 where n ends on this rank, else -1
-    fwd_maps: torch.Tensor     # [<= 2] int32: the sequences whose forward map this rank exports
-    bwd_maps: torch.Tensor     # [<= 2] int32: the sequences whose reverse map this rank exports
-    fwd_chains: tuple          # per part: [first slot, own slot + 1] int64 (the chain to its start state) or None
-    bwd_chains: tuple          # per part: [own slot, last slot + 1] int64 (the chain to its end gradient) or None
+class _Chains(NamedTuple):
+    """Per part, the slot range of its chain over the gathered maps (device int64) or None."""
+    fwd: tuple  # [first slot, own slot + 1]: the chain to the part's start state
+    bwd: tuple  # [own slot, last slot + 1]: the chain to the gradient of its end state
 
 
 @functools.lru_cache(maxsize=64)
-def _tables(parts: tuple, n_local: int, device: torch.device) -> _Tables:
+def _chains(parts: tuple, device: torch.device) -> _Chains:
+    def dev(x: list) -> torch.Tensor:
+        return torch.tensor(x, dtype=torch.int64).to(device, non_blocking=True)
+
+    return _Chains(tuple(dev([p.slot - p.pre, p.slot + 1]) if p.pre > 0 else None for p in parts),
+                   tuple(dev([p.slot, p.slot + p.post + 1]) if p.post > 0 else None for p in parts))
+
+
+class _Export(NamedTuple):
+    """The exported maps of one direction: the local sequences they cover, cut into pieces of L chunks (the map
+    kernel runs the pieces as its sequences), and how the piece maps compose into one map per sequence."""
+    cu_seqlens: torch.Tensor     # [P + 1] int64: token boundaries of the pieces
+    chunk_offsets: torch.Tensor  # [P + 1] int64: first global chunk of each piece
+    piece_seq: torch.Tensor      # [P] int32: local sequence of each piece
+    ends: torch.Tensor           # [N_local + 1] int64, the map kernel's `seq_pieces`: forward, [n] = first piece of n
+                                 # where n starts on this rank; backward, [n + 1] = last piece of n + 1 where n ends
+                                 # here; else -1 (those pieces start from h0 / dht and need no M)
+    map_pieces: torch.Tensor     # [NM] int32: the pieces of the exported sequences, sequence by sequence
+    runs: torch.Tensor           # [R + 1] int64: map range of each exported sequence
+    run_m: torch.Tensor          # [R] int32: whether its composed map needs M (it neither starts nor ends here)
+    NM: int
+    R: int
+    split: bool                  # some sequence has more than one piece (else the maps are the exported ones)
+
+
+@functools.lru_cache(maxsize=64)
+def _export_tables(parts: tuple, lens: tuple, BT: int, L: int, which: str, device: torch.device) -> _Export:
+    """`_Export` of the sequences that this rank's parts export: the last of each part with post > 0 (which =
+    'post', forward) or the first of each with pre > 0 ('pre', backward), each cut into pieces of L chunks."""
+    exported = [getattr(p, "last" if which == "post" else "first") for p in parts if getattr(p, which) > 0]
     continued = {p.first for p in parts if p.pre > 0}
     continuing = {p.last for p in parts if p.post > 0}
-    fwd_first = [n if n not in continued else -1 for n in range(n_local)] + [-1]
-    bwd_last = [-1] + [n + 1 if n not in continuing else -1 for n in range(n_local)]
+    cu, offs, piece_seq, first_piece, last_piece = [], [], [], [], []
+    bos = chunk = 0
+    for n, T in enumerate(lens):
+        nc = (T + BT - 1) // BT
+        first_piece.append(len(piece_seq))
+        for i in range(max(1, (nc + L - 1) // L) if n in exported else 1):
+            cu.append(bos + min(i * L * BT, T))
+            offs.append(chunk + min(i * L, nc))
+            piece_seq.append(n)
+        last_piece.append(len(piece_seq) - 1)
+        bos, chunk = bos + T, chunk + nc
+    cu.append(bos)
+    offs.append(chunk)
+    if which == "post":
+        ends = [first_piece[n] if n not in continued else -1 for n in range(len(lens))] + [-1]
+    else:
+        ends = [-1] + [last_piece[n] + 1 if n not in continuing else -1 for n in range(len(lens))]
+    map_pieces, runs, run_m = [], [0], []
+    for n in exported:
+        map_pieces += range(first_piece[n], last_piece[n] + 1)
+        runs.append(len(map_pieces))
+        run_m.append(int(n in (continued if which == "post" else continuing)))
 
     def dev(x: list, dtype=torch.int64) -> torch.Tensor:
         return torch.tensor(x, dtype=dtype).to(device, non_blocking=True)
 
-    return _Tables(
-        dev(list(range(n_local)), torch.int32), dev(fwd_first), dev(bwd_last),
-        dev([p.last for p in parts if p.post > 0], torch.int32),
-        dev([p.first for p in parts if p.pre > 0], torch.int32),
-        tuple(dev([p.slot - p.pre, p.slot + 1]) if p.pre > 0 else None for p in parts),
-        tuple(dev([p.slot, p.slot + p.post + 1]) if p.post > 0 else None for p in parts),
-    )
+    return _Export(dev(cu), dev(offs), dev(piece_seq, torch.int32), dev(ends), dev(map_pieces, torch.int32),
+                   dev(runs), dev(run_m, torch.int32), len(map_pieces), len(exported),
+                   len(map_pieces) > len(exported))
 
 
 def _chain_order(gathered: torch.Tensor, world_size: int, per_rank: int) -> torch.Tensor:
@@ -98,11 +140,10 @@ def _chain_order(gathered: torch.Tensor, world_size: int, per_rank: int) -> torc
     return torch.cat([g[:, 0], g[:, 1].flip(0)])
 
 
-def _exported(parts: tuple, which: str) -> tuple[int, int]:
-    """(first buffer slot, count) of the parts that export a forward ('post') or reverse ('pre') map: the exporting
-    parts are always a contiguous run of this rank's (at most two) parts."""
-    idx = [i for i, p in enumerate(parts) if getattr(p, which) > 0]
-    return (idx[0] if idx else 0), len(idx)
+def _exported(parts: tuple, which: str) -> int:
+    """First buffer slot of the parts that export a forward ('post') or reverse ('pre') map: the exporting parts are
+    always a contiguous run of this rank's (at most two) parts."""
+    return next((i for i, p in enumerate(parts) if getattr(p, which) > 0), 0)
 
 
 def _rows(intra: IntraOut) -> torch.Tensor:
@@ -110,30 +151,54 @@ def _rows(intra: IntraOut) -> torch.Tensor:
     return intra.rs if pairs(intra) else intra.gl
 
 
-def _export(kernel, inputs: tuple, state, which: str, V: int, plan, cp: CPPlan, tables: tuple, BT: int, *,
-            state_v_first: bool, prec: str, pair: bool):
+def _export(kernel, inputs: tuple, state, which: str, V: int, plan, cp: CPPlan, BT: int, *, state_v_first: bool,
+            prec: str, pair: bool):
     """Launch `kernel` (state_cp's forward or reverse map kernel) over the sequences this rank exports (the last
     sequence of each part with `post` > 0, or the first of each with `pre` > 0: `which`) into a fixed-size
     [parts, HV, K, K + V] fp32 buffer, and start the all-gather of every rank's buffer; returns (gathered, work).
+    A long exported sequence is cut into pieces (`state_cp.map_piece_chunks`) whose maps run in parallel and are
+    then composed in order by `_kda_state_cp_compose_kernel`.
     inputs: the kernel's leading tensors, the first [TT, HV, K]; pair: whether they hold fp16 pairs (`wy.IntraOut`);
-    state: the local initial states / final-state gradients or None; tables: the kernel's (piece_seq, seq_pieces,
-    map_pieces)."""
+    state: the local initial states / final-state gradients or None."""
     HV, K = inputs[0].shape[1:]
     dev = inputs[0].device
     arch = arch_of(dev)
     cfg = cp_config(arch, K, V, inputs[0].element_size())
     nkb = cdiv(K, cfg.BC)
     buf = torch.empty(len(cp.parts), HV, K, K + V, device=dev, dtype=torch.float32)
-    s0, nm = _exported(cp.parts, which)
-    if nm:
+    seqs = [getattr(p, "last" if which == "post" else "first") for p in cp.parts if getattr(p, which) > 0]
+    if seqs:
+        L = map_piece_chunks(tuple((plan.lens[n] + BT - 1) // BT for n in seqs), HV, K, V, inputs[0].element_size(),
+                             dev)
+        ex = _export_tables(cp.parts, plan.lens, BT, L, which, dev)
+        s0 = _exported(cp.parts, which)
+        maps = torch.empty(ex.NM, HV, K, K + V, device=dev, dtype=torch.float32) if ex.split else buf[s0:]
         # positional constexprs, in the same order in both kernels: HV, K, V, BT, BK, BC, NKB, HAS_H0 / HAS_DHT,
         # V_FIRST, IS_BF16, PREC, PAIRS
-        launch_kernel(kernel, (nkb + cdiv(V, cfg.BC), nm, HV),
-            *inputs, state if state is not None else buf, buf[s0:], plan.cu_seqlens, plan.chunk_offsets, *tables,
-            HV, K, V, BT, _kpad(K, arch), cfg.BC, nkb, state is not None, state_v_first,
+        launch_kernel(kernel, (nkb + cdiv(V, cfg.BC), ex.NM, HV),
+            *inputs, state if state is not None else buf, maps, ex.cu_seqlens, ex.chunk_offsets, ex.piece_seq,
+            ex.ends, ex.map_pieces, HV, K, V, BT, _kpad(K, arch), cfg.BC, nkb, state is not None, state_v_first,
             inputs[0].dtype == torch.bfloat16, prec, pair, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
+        if ex.split:
+            launch_kernel(_kda_state_cp_compose_kernel, (cdiv(K + V, cfg.chain_BV), ex.R, HV),
+                maps, buf[s0:], ex.runs, ex.run_m, HV, K, V, _kpad(K, arch), cfg.chain_BV, cfg.chain_BKC,
+                which == "pre", num_warps=cfg.chain_warps, num_stages=1,
+            )
     gathered = torch.empty(cp.world_size * buf.shape[0], *buf.shape[1:], device=dev, dtype=buf.dtype)
+    return gathered, _all_gather(gathered, buf, cp.group, async_op=True)
+
+
+def _send_start_gradients(dh0: torch.Tensor, cp: CPPlan, K: int, V: int, state_v_first: bool):
+    """The reverse maps of this rank's exports taken from its own state backward: F = dS at the start of each
+    exported sequence (dh0 [N_local, HV, K, V] fp32, [.., V, K] if state_v_first), written into the F columns of
+    the map buffer, whose all-gather is started; returns (gathered, work). Only for a rank whose exported sequences
+    all end on it (their M^T is not needed)."""
+    buf = torch.empty(len(cp.parts), dh0.shape[1], K, K + V, device=dh0.device, dtype=torch.float32)
+    s0 = _exported(cp.parts, "pre")
+    for i, n in enumerate(p.first for p in cp.parts if p.pre > 0):
+        buf[s0 + i, :, :, K:].copy_(dh0[n].transpose(-1, -2) if state_v_first else dh0[n])
+    gathered = torch.empty(cp.world_size * buf.shape[0], *buf.shape[1:], device=dh0.device, dtype=buf.dtype)
     return gathered, _all_gather(gathered, buf, cp.group, async_op=True)
 
 
@@ -184,7 +249,7 @@ class ChunkKDACPFunction(torch.autograd.Function):
         B, T, HV, V = v.shape
         K, BT = p.K, p.chunk_size
         plan = plan_chunks(B, T, BT, q.device, p.seqlens_cpu)
-        tabs = _tables(cp.parts, plan.N, q.device)
+        chains = _chains(cp.parts, q.device)
         prec = precision_of(q.dtype)
         keep = flags["disable_recompute"] and grad
         return_h = flags["return_intermediate_states"]
@@ -199,15 +264,14 @@ class ChunkKDACPFunction(torch.autograd.Function):
 
         if cp.collective:
             gathered, work = _export(_kda_state_cp_fwd_map_kernel, (intra.kg, intra.w, intra.u, intra.gl, _rows(intra)),
-                                     h0 if initial_state is not None else None, "post", V, plan, cp,
-                                     (tabs.piece_seq, tabs.fwd_first, tabs.fwd_maps), BT,
+                                     h0 if initial_state is not None else None, "post", V, plan, cp, BT,
                                      state_v_first=p.state_v_first, prec=prec, pair=pairs(intra))
             if not needs_chain:
                 st = states()  # nothing here waits for other ranks: the state stage overlaps the all-gather
             work.wait()
             if needs_chain:
                 _chain(_kda_state_cp_fwd_chain_kernel, _chain_order(gathered, cp.world_size, len(cp.parts)), h0, cp,
-                       tabs.fwd_chains, [part.first for part in cp.parts], state_v_first=p.state_v_first)
+                       chains.fwd, [part.first for part in cp.parts], state_v_first=p.state_v_first)
                 st = states()
         else:
             st = states()
@@ -231,7 +295,7 @@ class ChunkKDACPFunction(torch.autograd.Function):
         B, T, HV, V = v.shape
         K, BT = p.K, p.chunk_size
         plan = plan_chunks(B, T, BT, q.device, p.seqlens_cpu)
-        tabs = _tables(cp.parts, plan.N, q.device)
+        chains = _chains(cp.parts, q.device)
         prec = precision_of(q.dtype)
         a_log = A_log.reshape(-1) if A_log is not None else None
         dt = dt_bias.reshape(-1) if dt_bias is not None else None
@@ -252,31 +316,38 @@ class ChunkKDACPFunction(torch.autograd.Function):
         elif needs_chain:
             dht_local = torch.zeros(state_shape(plan.N, HV, K, V, p.state_v_first), device=q.device,
                                     dtype=torch.float32)
-        if cp.collective:
+        # a rank that exports reverse maps but needs no later part's gradient (no chain) sends them from its own
+        # state backward, dS at the start of each exported sequence (all of which end here: F only), instead of
+        # running the map kernel over its chunks before everything else
+        own = cp.collective and not needs_chain and any(part.pre > 0 for part in cp.parts)
+        if cp.collective and not own:
             gathered, work = _export(_kda_state_cp_bwd_map_kernel,
                                      (intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, _rows(intra), do_f),
-                                     dht_local if dht is not None else None, "pre", V, plan, cp,
-                                     (tabs.piece_seq, tabs.bwd_last, tabs.bwd_maps), BT,
+                                     dht_local if dht is not None else None, "pre", V, plan, cp, BT,
                                      state_v_first=p.state_v_first, prec=prec, pair=pairs(intra))
         if not ctx.keep:
             # overlaps the all-gather
             st = state_fwd(intra, h0, plan, BT, V, output_final_state=False, state_v_first=p.state_v_first,
                            store_h=True, store_v_new=True, h_dtype=grad_state_dtype(q.dtype), store_o=False)
             h, v_new = st.h, st.v_new
-        if cp.collective:
+        if cp.collective and not own:
             work.wait()
             if needs_chain:
                 _chain(_kda_state_cp_bwd_chain_kernel, _chain_order(gathered, cp.world_size, len(cp.parts))[1:],
-                       dht_local, cp, tabs.bwd_chains, [part.last for part in cp.parts],
+                       dht_local, cp, chains.bwd, [part.last for part in cp.parts],
                        state_v_first=p.state_v_first)
+        sent = []
         gr = chunk_bwd(
             do_f, dht_local, qf, kf, vf, gf, beta.flatten(0, 1).contiguous(), a_log, dt, intra, h, v_new, plan, BT,
             p.scale, use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"],
             use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
             use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
             allow_neg_eigval=flags["allow_neg_eigval"], state_v_first=p.state_v_first,
-            want_dh0=initial_state is not None,
+            want_dh0=initial_state is not None or own,
+            on_dh0=(lambda dh: sent.append(_send_start_gradients(dh, cp, K, V, p.state_v_first))) if own else None,
         )
+        if own:
+            sent[0][1].wait()
         dh0 = None
         if initial_state is not None:
             dh0 = torch.zeros_like(initial_state)

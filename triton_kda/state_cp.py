@@ -45,6 +45,7 @@ from triton_kda.launch import launch_kernel
 
 ENV_MODE = "TRITON_KDA_INTRACARD_CP"
 ENV_PIECE_CHUNKS = "TRITON_KDA_INTRACARD_CP_CHUNKS"
+ENV_MAP_CHUNKS = "TRITON_KDA_CP_MAP_CHUNKS"  # piece length of the maps a rank exports under CP across ranks (cp.py)
 
 # planner cost model, in units of one chunk step of the serial kernel by one program (not tuned beyond one H100 run)
 _PIECE_CHUNKS = (8, 16, 32, 64, 128, 256, 512)   # candidate piece lengths, in chunks
@@ -163,6 +164,36 @@ def piece_chunks(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int, 
     serial_BV = state_config(arch, K, V, elem_size, state_narrow(len(lens) * HV, V, device)).BV
     return _piece_chunks(nchunks, HV, cdiv(V, serial_BV), cdiv(V, state_config(arch, K, V, elem_size).BV),
                          cdiv(K, BC), cdiv(V, BC), sm_count(device) * _PROGRAMS_PER_SM, mode, int(forced_env or 0))
+
+
+@functools.lru_cache(maxsize=256)
+def _map_piece_chunks(nchunks: tuple, programs: int, slots: int) -> int:
+    """Piece length (chunks) that minimises the time of the maps of the sequences `nchunks` and of composing them:
+    max(longest piece, all map programs' steps / slots) map steps plus one composition step per piece of the
+    longest sequence; `programs`: map programs per piece (v-heads x column blocks of [M | E])."""
+    def cost(L: int) -> float:
+        pieces = [max(1, (n + L - 1) // L) for n in nchunks]
+        steps = max(max(min(n, L) for n in nchunks), sum(pieces) * programs * L / slots)
+        return steps * _MAP_STEP + (max(pieces) - 1) * 2 * _CHAIN_STEP  # a composition step: [K, K] x [K, K + V]
+    longest = max(nchunks)
+    return min((*(L for L in _PIECE_CHUNKS if L < longest), longest), key=cost)
+
+
+def map_piece_chunks(nchunks: tuple, HV: int, K: int, V: int, elem_size: int, device: torch.device) -> int:
+    """Piece length in chunks of the maps that a rank exports under CP across ranks (`cp.py`: the [M | E] or
+    [M^T | F] of whole local sequences): split so that their map programs fill the GPU, then composed in fp32
+    (`_kda_state_cp_compose_kernel`). nchunks: chunk count of each exported sequence (host ints);
+    `TRITON_KDA_CP_MAP_CHUNKS` = n fixes the length (a length >= the sequence keeps it whole). Host only."""
+    forced = os.environ.get(ENV_MAP_CHUNKS, "").strip()
+    if forced:
+        if not (forced.isdigit() and int(forced) > 0):
+            raise ValueError(f"{ENV_MAP_CHUNKS} must be a positive int (piece length in chunks), got {forced!r}")
+        return int(forced)
+    if not nchunks or max(nchunks) < 2:
+        return max(nchunks, default=1) or 1
+    cfg = cp_config(arch_of(device), K, V, elem_size)
+    programs = HV * (cdiv(K, cfg.BC) + cdiv(V, cfg.BC))
+    return _map_piece_chunks(tuple(nchunks), programs, sm_count(device) * _PROGRAMS_PER_SM)
 
 
 def _device_piece_plan(seqs, lens: tuple, BT: int, L: int) -> PiecePlan:
@@ -507,6 +538,47 @@ def _kda_state_cp_bwd_chain_kernel(
                 b_dS = b_F
             else:
                 b_dS = _chain_step(map_j, p_dS, b_F, i_v, K, V, BK, BV, BKC, V_FIRST)
+
+
+@triton.jit
+def _kda_state_cp_compose_kernel(
+    maps, out, runs, run_m,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BKC: tl.constexpr,
+    REVERSE: tl.constexpr,
+):
+    """One map of each run of piece maps (the pieces of one sequence, in order), in fp32 with IEEE products: from the
+    run's first map on, X <- M_j X + [0 | E_j] (the forward's [M | E]); REVERSE, from its last map back (the
+    backward's [M^T | F]). maps: [NM, HV, K, K + V] fp32; out: [R, HV, K, K + V] fp32; runs: [R + 1] int64, the
+    runs' map ranges; run_m: [R] int32, 0 where the M part is not needed (its first / last map holds none: those
+    columns of out are left unwritten). Grid (cdiv(K + V, BV), R, HV)."""
+    i_c, i_r, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    if (tl.load(run_m + i_r) == 0) & ((i_c + 1) * BV <= K):
+        return
+    s = tl.load(runs + i_r).to(tl.int64)
+    e = tl.load(runs + i_r + 1).to(tl.int64)
+    o_k = tl.arange(0, BK)
+    o_c = i_c * BV + tl.arange(0, BV)
+    m_kc = (o_k < K)[:, None] & (o_c < K + V)[None, :]
+    off = o_k[:, None] * (K + V) + o_c[None, :]
+    dst = out + (i_r.to(tl.int64) * HV + i_hv) * K * (K + V)
+    j0 = e - 1 if REVERSE else s
+    b_X = tl.load(maps + (j0 * HV + i_hv) * K * (K + V) + off, mask=m_kc, other=0.0)
+    for r in range(1, e - s):
+        j = e - 1 - r if REVERSE else s + r
+        tl.debug_barrier()  # every thread has read the previous X
+        tl.store(dst + off, b_X, mask=m_kc)
+        tl.debug_barrier()  # X is whole in `dst` before its rows are read back in slices
+        map_j = maps + (j * HV + i_hv) * K * (K + V)
+        b_X = tl.load(map_j + off, mask=m_kc & (o_c >= K)[None, :], other=0.0)
+        for kc in tl.static_range(0, BK, BKC):
+            o_kc = kc + tl.arange(0, BKC)
+            b_M = tl.load(map_j + o_k[:, None] * (K + V) + o_kc[None, :],
+                          mask=(o_k < K)[:, None] & (o_kc < K)[None, :], other=0.0)
+            b_Xk = tl.load(dst + o_kc[:, None] * (K + V) + o_c[None, :],
+                           mask=(o_kc < K)[:, None] & (o_c < K + V)[None, :], other=0.0)
+            b_X += tl.dot(b_M, b_Xk, input_precision="ieee")
+    tl.debug_barrier()
+    tl.store(dst + off, b_X, mask=m_kc)
 
 
 def state_shape(n: int, HV: int, K: int, V: int, state_v_first: bool) -> tuple:
