@@ -64,8 +64,7 @@ CASES = [
     _case("zigzag-span", 3, "zigzag", [40, 0, 100, 52], **STATES),
     # one sequence over all ranks (6 slots), disable_recompute, fla's zigzag context
     _case("fla-zigzag-one-seq", 3, "zigzag", [192], ctx="fla", disable_recompute=True),
-    # the exported maps in pieces: E of rank 0 (from h0) over 3 chunks; rank 1 (no chain) sends F from its own state
-    # backward, V-first
+    # the exported maps in pieces: E of rank 0 (from h0) over 3 chunks, F of rank 1 over 2, V-first states
     _case("pieces-cut", 2, "contiguous", [150, 0, 42], env=PIECES_OF_ONE_CHUNK, state_v_first=True, **STATES),
     # ... [M | E] and [M^T | F] composed on rank 1 (the middle of sequence 0); zigzag's two exports per rank
     _case("pieces-middle", 3, "contiguous", [150, 0, 30, 12], env=PIECES_OF_ONE_CHUNK, **STATES),

@@ -8,7 +8,6 @@ dbeta/dA_log/ddt_bias by torch.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -37,14 +36,13 @@ class ChunkGrads(NamedTuple):
 def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_new, plan: ChunkPlan, BT: int,
               scale: float, *, use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, lower_bound: float | None,
               use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool, state_v_first: bool,
-              want_dh0: bool, on_dh0: Callable[[torch.Tensor], None] | None = None) -> ChunkGrads:
+              want_dh0: bool) -> ChunkGrads:
     """Gradients of chunk_kda from the forward's intermediates.
 
     do: [TT, HV, V]; dht: None or [N, HV, K, V] fp32 (V-first with state_v_first); q, k: [TT, H, K];
     v: [TT, HV, V]; g: [TT, HV, K]; beta: [TT, HV] (all contiguous); A_log [HV] / dt_bias [HV * K] or None;
     intra: the intra-stage outputs; h: [NT, HV, K, V] state at each chunk start (grad_state_dtype; V-first with
-    state_v_first); v_new: [TT, HV, V]. on_dh0 (with want_dh0) is called with dh0 as soon as the state backward has
-    it, before the chunk-local stages (CP across ranks sends it on from there).
+    state_v_first); v_new: [TT, HV, V].
     """
     V = v.shape[2]
     gate = gate_mode(use_gate_in_kernel, lower_bound)
@@ -59,8 +57,6 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
 
     dh, dv_new, dh0 = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, intra.rs, do, dht, plan, BT, V,
                                 want_dh0=want_dh0, state_v_first=state_v_first, prec=prec)
-    if on_dh0 is not None:
-        on_dh0(dh0)
     wy = wy_bwd(k, v, Gc, intra.rstd_k, intra.beta, intra.Akk, h, v_new, dv_new, do, plan, BT,
                 state_v_first=state_v_first, prec=prec)
     del dv_new  # [TT, HV, V] fp32: freed before the chunk-local stage's buffers are allocated

@@ -189,19 +189,6 @@ def _export(kernel, inputs: tuple, state, which: str, V: int, plan, cp: CPPlan, 
     return gathered, _all_gather(gathered, buf, cp.group, async_op=True)
 
 
-def _send_start_gradients(dh0: torch.Tensor, cp: CPPlan, K: int, V: int, state_v_first: bool):
-    """The reverse maps of this rank's exports taken from its own state backward: F = dS at the start of each
-    exported sequence (dh0 [N_local, HV, K, V] fp32, [.., V, K] if state_v_first), written into the F columns of
-    the map buffer, whose all-gather is started; returns (gathered, work). Only for a rank whose exported sequences
-    all end on it (their M^T is not needed)."""
-    buf = torch.empty(len(cp.parts), dh0.shape[1], K, K + V, device=dh0.device, dtype=torch.float32)
-    s0 = _exported(cp.parts, "pre")
-    for i, n in enumerate(p.first for p in cp.parts if p.pre > 0):
-        buf[s0 + i, :, :, K:].copy_(dh0[n].transpose(-1, -2) if state_v_first else dh0[n])
-    gathered = torch.empty(cp.world_size * buf.shape[0], *buf.shape[1:], device=dh0.device, dtype=buf.dtype)
-    return gathered, _all_gather(gathered, buf, cp.group, async_op=True)
-
-
 def _chain(kernel, maps: torch.Tensor, states: torch.Tensor, cp: CPPlan, chains: tuple, rows: list, *,
            state_v_first: bool) -> None:
     """For each part with a chain, run `kernel` (the state_cp forward or reverse chain kernel, one sequence whose
@@ -316,11 +303,7 @@ class ChunkKDACPFunction(torch.autograd.Function):
         elif needs_chain:
             dht_local = torch.zeros(state_shape(plan.N, HV, K, V, p.state_v_first), device=q.device,
                                     dtype=torch.float32)
-        # a rank that exports reverse maps but needs no later part's gradient (no chain) sends them from its own
-        # state backward, dS at the start of each exported sequence (all of which end here: F only), instead of
-        # running the map kernel over its chunks before everything else
-        own = cp.collective and not needs_chain and any(part.pre > 0 for part in cp.parts)
-        if cp.collective and not own:
+        if cp.collective:
             gathered, work = _export(_kda_state_cp_bwd_map_kernel,
                                      (intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, _rows(intra), do_f),
                                      dht_local if dht is not None else None, "pre", V, plan, cp, BT,
@@ -330,24 +313,20 @@ class ChunkKDACPFunction(torch.autograd.Function):
             st = state_fwd(intra, h0, plan, BT, V, output_final_state=False, state_v_first=p.state_v_first,
                            store_h=True, store_v_new=True, h_dtype=grad_state_dtype(q.dtype), store_o=False)
             h, v_new = st.h, st.v_new
-        if cp.collective and not own:
+        if cp.collective:
             work.wait()
             if needs_chain:
                 _chain(_kda_state_cp_bwd_chain_kernel, _chain_order(gathered, cp.world_size, len(cp.parts))[1:],
                        dht_local, cp, chains.bwd, [part.last for part in cp.parts],
                        state_v_first=p.state_v_first)
-        sent = []
         gr = chunk_bwd(
             do_f, dht_local, qf, kf, vf, gf, beta.flatten(0, 1).contiguous(), a_log, dt, intra, h, v_new, plan, BT,
             p.scale, use_qk_l2norm_in_kernel=flags["use_qk_l2norm_in_kernel"],
             use_gate_in_kernel=flags["use_gate_in_kernel"], lower_bound=flags["lower_bound"],
             use_beta_sigmoid_in_kernel=flags["use_beta_sigmoid_in_kernel"],
             allow_neg_eigval=flags["allow_neg_eigval"], state_v_first=p.state_v_first,
-            want_dh0=initial_state is not None or own,
-            on_dh0=(lambda dh: sent.append(_send_start_gradients(dh, cp, K, V, p.state_v_first))) if own else None,
+            want_dh0=initial_state is not None,
         )
-        if own:
-            sent[0][1].wait()
         dh0 = None
         if initial_state is not None:
             dh0 = torch.zeros_like(initial_state)
