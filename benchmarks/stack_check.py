@@ -15,7 +15,7 @@
    plug-in gives what it gives calling triton_kda directly (output bit-identical; gradients within the difference
    of two identical direct runs, since fla's own conv and norm kernels need not be bit-reproducible). fla tunes
    its kernels on its first call (minutes): one small shape only; `--tune-cache DIR` keeps the tuning between
-   runs, `--no-fla` skips the section.
+   runs, `--no-fla` skips the section. `--only SECTION` runs one section.
 
 Writes DIR/stack_check.md and DIR/stack_check.json; the summary is printed last.
 """
@@ -356,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--D", type=int, default=1024, help="model width of the block and the layer")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--no-fla", action="store_true", help="skip the fla section")
+    parser.add_argument("--only", choices=["compile", "graphs", "fla"], help="run this section alone")
     parser.add_argument("--tune-cache", type=Path, default=None, help="keep fla's tuning results in this folder")
     return parser
 
@@ -389,11 +390,13 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                      "shape": dict(B=args.B, T=args.T, H=args.H, K=args.K, D=args.D, dtype=args.dtype)}
     # the report is rewritten after every section: a run stopped during fla's tuning keeps the others
-    results["compile"] = check_compile(args, dev)
-    write_report(args.out, results)
-    results["graphs"] = check_graphs(args, dev)
-    write_report(args.out, results)
-    if not args.no_fla:
+    if args.only in (None, "compile"):
+        results["compile"] = check_compile(args, dev)
+        write_report(args.out, results)
+    if args.only in (None, "graphs"):
+        results["graphs"] = check_graphs(args, dev)
+        write_report(args.out, results)
+    if args.only in (None, "fla") and not args.no_fla:
         try:
             results["fla"] = check_fla(args, dev)
         except ImportError as error:

@@ -175,3 +175,23 @@ def test_impls_and_timing_on_the_cpu(monkeypatch):
     result, seconds = timing.wall(lambda: 3, cpu)
     assert result == 3 and seconds >= 0.0
     assert timing.peak_memory_gib(lambda: None, cpu) is None
+
+
+def test_cp_dist_smoke_timings_on_two_cpu_ranks(tmp_path):
+    """`benchmarks.cp_dist --smoke --timings-only` under torchrun: 2 gloo ranks through the interpreter write the
+    timings and the per-rank breakdown (the checks run in tests/test_cp.py)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                    str(port), "-m", "benchmarks.cp_dist", "--smoke", "--timings-only", "--out", str(tmp_path)],
+                   capture_output=True, text=True, env=env, timeout=900, check=True)
+    md = (tmp_path / "cp_dist.md").read_text()
+    assert "2 CPU processes (gloo, Triton interpreter)" in md
+    rows = [line for line in md.splitlines() if line.startswith("| B1 T")]
+    assert [r.split(" | ")[:2] for r in rows] == [["| B1 T128 H2", "fwd"], ["| B1 T128 H2", "fwd+bwd"],
+                                                  ["| B1 T256 H2", "fwd"], ["| B1 T256 H2", "fwd+bwd"]]
+    assert "## Checks" in md and "| T131072" not in md  # no checks with --timings-only

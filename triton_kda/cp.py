@@ -12,7 +12,8 @@ the state kernels of `state_cp.py` compute such maps for a run of chunks. Per `c
 forward  1. the intra stage on the local tokens;
          2. for each local part whose last sequence continues, its map [M | E] (`_kda_state_cp_fwd_map_kernel` over
             that sequence: M only if the sequence also started before this part, E from the initial state if it
-            starts here), in a fixed-size fp32 buffer [parts per rank, HV, K, K + V];
+            starts here; a long one in pieces, composed by `_kda_state_cp_compose_kernel`), in a fixed-size fp32
+            buffer [parts per rank, HV, K, K + V];
          3. one all-gather of those buffers (async; where no local sequence needs an incoming state, the state
             stage runs while it is in flight);
          4. for each part whose first sequence started earlier, its start state chained in fp32 from the gathered
