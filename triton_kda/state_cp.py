@@ -182,15 +182,15 @@ def _map_piece_chunks(nchunks: tuple, programs: int, slots: int) -> int:
 def map_piece_chunks(nchunks: tuple, HV: int, K: int, V: int, elem_size: int, device: torch.device) -> int:
     """Piece length in chunks of the maps that a rank exports under CP across ranks (`cp.py`: the [M | E] or
     [M^T | F] of whole local sequences): split so that their map programs fill the GPU, then composed in fp32
-    (`_kda_state_cp_compose_kernel`). nchunks: chunk count of each exported sequence (host ints);
+    (`_kda_state_cp_compose_kernel`). nchunks: chunk count of each exported sequence (host ints, at least one);
     `TRITON_KDA_CP_MAP_CHUNKS` = n fixes the length (a length >= the sequence keeps it whole). Host only."""
     forced = os.environ.get(ENV_MAP_CHUNKS, "").strip()
     if forced:
         if not (forced.isdigit() and int(forced) > 0):
             raise ValueError(f"{ENV_MAP_CHUNKS} must be a positive int (piece length in chunks), got {forced!r}")
         return int(forced)
-    if not nchunks or max(nchunks) < 2:
-        return max(nchunks, default=1) or 1
+    if max(nchunks) < 2:
+        return 1
     cfg = cp_config(arch_of(device), K, V, elem_size)
     programs = HV * (cdiv(K, cfg.BC) + cdiv(V, cfg.BC))
     return _map_piece_chunks(tuple(nchunks), programs, sm_count(device) * _PROGRAMS_PER_SM)
