@@ -94,11 +94,17 @@ class _Export(NamedTuple):
     split: bool                  # some sequence has more than one piece (else the maps are the exported ones)
 
 
+def _exported_seqs(parts: tuple, which: str) -> list:
+    """The local sequences this rank's parts export: the last of each part with post > 0 (which = 'post', forward)
+    or the first of each with pre > 0 ('pre', backward)."""
+    return [getattr(p, "last" if which == "post" else "first") for p in parts if getattr(p, which) > 0]
+
+
 @functools.lru_cache(maxsize=64)
 def _export_tables(parts: tuple, lens: tuple, BT: int, L: int, which: str, device: torch.device) -> _Export:
-    """`_Export` of the sequences that this rank's parts export: the last of each part with post > 0 (which =
-    'post', forward) or the first of each with pre > 0 ('pre', backward), each cut into pieces of L chunks."""
-    exported = [getattr(p, "last" if which == "post" else "first") for p in parts if getattr(p, which) > 0]
+    """`_Export` of the sequences that this rank's parts export (`_exported_seqs`), each cut into pieces of L
+    chunks."""
+    exported = _exported_seqs(parts, which)
     continued = {p.first for p in parts if p.pre > 0}
     continuing = {p.last for p in parts if p.post > 0}
     cu, offs, piece_seq, first_piece, last_piece = [], [], [], [], []
@@ -167,7 +173,7 @@ def _export(kernel, inputs: tuple, state, which: str, V: int, plan, cp: CPPlan, 
     cfg = cp_config(arch, K, V, inputs[0].element_size())
     nkb = cdiv(K, cfg.BC)
     buf = torch.empty(len(cp.parts), HV, K, K + V, device=dev, dtype=torch.float32)
-    seqs = [getattr(p, "last" if which == "post" else "first") for p in cp.parts if getattr(p, which) > 0]
+    seqs = _exported_seqs(cp.parts, which)
     if seqs:
         L = map_piece_chunks(tuple((plan.lens[n] + BT - 1) // BT for n in seqs), HV, K, V, inputs[0].element_size(),
                              dev)
