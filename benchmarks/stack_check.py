@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from triton_kda import chunk_kda
 
+FP64_MARGIN = 1.05  # the plug-in's error against fp64 at most this times fla's (pooled over two seeds)
 KIMI = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, safe_gate=True,
             lower_bound=-5.0)
 
@@ -260,6 +261,113 @@ def plugin_vs_direct(layer, x, dy) -> dict:
                 **stats)
 
 
+def oracle_kda(q, k, v, g, beta, **kwargs):
+    """fla's `chunk_kda` call answered by the fp64 recurrent oracle (`reference.kda.kda_recurrent`); the output in
+    q's dtype, differentiable through the oracle."""
+    from reference.kda import kda_recurrent
+
+    o, ht = kda_recurrent(q, k, v, g, beta, **kwargs)
+    return o.to(q.dtype), ht
+
+
+def errors_vs_oracle(module: torch.nn.Module, fn, inputs: list[tuple]) -> dict:
+    """Relative errors (pooled over `inputs`, (x, dy) pairs) of fn(module, x)'s output, dx and the parameters'
+    gradients (all of them as one vector; unused ones count as zeros), for `module` with fla's kernels and with the
+    plug-in, against an fp32 copy of it whose KDA calls run in fp64 (`oracle_kda`); the worst single parameter's
+    ratio of the two errors too."""
+    import fla.layers.kda as fla_layer_module
+
+    from triton_kda.integrations import fla as plugin
+
+    def grads(m: torch.nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[torch.Tensor]:
+        x = x.detach().requires_grad_(True)
+        y = fn(m, x)
+        return [y.detach(), *torch.autograd.grad(y, [x, *m.parameters()], dy, allow_unused=True,
+                                                 materialize_grads=True)]
+
+    ref_module = copy.deepcopy(module).float()
+    original = fla_layer_module.chunk_kda
+    fla_layer_module.chunk_kda = oracle_kda
+    try:
+        refs = [grads(ref_module, x.float(), dy.float()) for x, dy in inputs]
+    finally:
+        fla_layer_module.chunk_kda = original
+    runs = {"fla": [grads(module, x, dy) for x, dy in inputs]}
+    plugin.register()
+    try:
+        runs["plugin"] = [grads(module, x, dy) for x, dy in inputs]
+    finally:
+        plugin.unregister()
+
+    def pooled(name: str, pick) -> float:
+        num = sum(float((pick(r).double() - pick(f).double()).norm() ** 2)
+                  for r, f in zip(runs[name], refs, strict=True))
+        return (num / max(sum(float(pick(f).double().norm() ** 2) for f in refs), 1e-300)) ** 0.5
+
+    def params(t: list) -> torch.Tensor:
+        return torch.cat([p.reshape(-1).float() for p in t[2:]])
+
+    out = {}
+    for name in runs:
+        out[f"{name}_out_err"] = pooled(name, lambda t: t[0])
+        out[f"{name}_dx_err"] = pooled(name, lambda t: t[1])
+        out[f"{name}_dparams_err"] = pooled(name, params)
+    used = [i for i in range(2, len(refs[0])) if any(f[i].abs().max() > 0 for f in refs)]
+    out["worst_param_ratio"] = max(pooled("plugin", lambda t, i=i: t[i]) / max(pooled("fla", lambda t, i=i: t[i]),
+                                                                               1e-30) for i in used)
+    return out
+
+
+def fla_model(args, dev):
+    """A 2-layer fla KDAForCausalLM (KimiDeltaAttention layers at the args' sizes, vocabulary 4096), random token ids
+    [B, T] and the mean next-token loss as a function of the input embeddings."""
+    from fla.models import KDAConfig, KDAForCausalLM
+
+    torch.manual_seed(0)
+    config = KDAConfig(hidden_size=args.D, num_hidden_layers=2, num_heads=args.H, head_dim=args.K, vocab_size=4096,
+                       safe_gate=True, lower_bound=-5.0, fuse_cross_entropy=False)
+    model = KDAForCausalLM(config).to(dev, getattr(torch, args.dtype))
+    ids = torch.randint(0, 4096, (args.B, args.T), device=dev)
+
+    def loss_fn(m, embeds):
+        logits = m(inputs_embeds=embeds).logits.float()
+        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+
+    return model, model.get_input_embeddings()(ids).detach(), loss_fn
+
+
+def check_fla_fp64(args, dev) -> dict:
+    """fla's layer and a 2-layer model forward+backward with fla's kernels and with the plug-in, each against its
+    fp32 copy with the KDA op in fp64 (two seeds), and the model's step time both ways."""
+    from triton_kda.integrations import fla as plugin
+
+    layer, _, _ = fla_layer(args, dev)
+    dtype = getattr(torch, args.dtype)
+    gen = torch.Generator(device=dev).manual_seed(1)
+    inputs = [(torch.randn(args.B, args.T, args.D, device=dev, generator=gen).to(dtype),
+               torch.randn(args.B, args.T, args.D, device=dev, generator=gen).to(dtype)) for _ in range(2)]
+    rows = [dict(module="KimiDeltaAttention", **errors_vs_oracle(layer, lambda m, h: m(h)[0], inputs))]
+    model, embeds, loss_fn = fla_model(args, dev)
+    one = torch.ones((), device=dev)
+    model_inputs = [(embeds, one), (embeds * 1.5, one)]
+    rows.append(dict(module="KDAForCausalLM, 2 layers (loss)", **errors_vs_oracle(model, loss_fn, model_inputs)))
+    x = embeds.detach().requires_grad_(True)
+
+    def step():
+        loss_fn(model, x).backward()
+
+    step()
+    times = {"fla": _bench(step)}
+    plugin.register()
+    try:
+        step()
+        times["plugin"] = _bench(step)
+    finally:
+        plugin.unregister()
+    rows[-1].update(fla_step_ms=times["fla"], plugin_step_ms=times["plugin"], step_ratio=times["fla"] / times["plugin"])
+    return dict(rows=rows)
+
+
 def check_fla(args, dev) -> dict:
     from fla.ops.kda import chunk_kda as fla_chunk_kda
 
@@ -342,6 +450,13 @@ def summarize(results: dict) -> list[str]:
                      f"{f['plugin_layer_ms']:.3f} ms with the plug-in (x{f['layer_ratio']:.2f}, saves "
                      f"{f['layer_saving_ms']:.3f} ms; the op alone x{f['op_ratio']:.2f}, saves {f['op_saving_ms']:.3f} "
                      f"ms); plug-in served {f['served']} of {f['accepted']} accepted calls, declined {f['declined']}")
+    for r in results.get("fla_fp64", {}).get("rows", []):
+        errs = ("out", "dx", "dparams")
+        ok = all(r[f"plugin_{e}_err"] <= FP64_MARGIN * r[f"fla_{e}_err"] for e in errs)
+        step = f"; step {r['fla_step_ms']:.3f} -> {r['plugin_step_ms']:.3f} ms" if "fla_step_ms" in r else ""
+        lines.append(f"{'PASS' if ok else 'FAIL'} fla vs fp64, {r['module']}: plug-in / fla error "
+                     + ", ".join(f"{e} {r[f'plugin_{e}_err']:.2e} / {r[f'fla_{e}_err']:.2e}" for e in errs)
+                     + f" (worst parameter x{r['worst_param_ratio']:.2f}){step}")
     return lines
 
 
@@ -371,6 +486,9 @@ def write_report(out: Path, results: dict) -> list[str]:
         md += ["## CUDA graphs (chunk_kda)", "", _table(results["graphs"]), ""]
     if "fla" in results and "error" not in results["fla"]:
         md += ["## fla KimiDeltaAttention: fla's kernels vs the triton_kda plug-in", "", _table([results["fla"]]), ""]
+    if "fla_fp64" in results:
+        md += ["## fla's layer and a 2-layer model against fp64 (fp32 copy, KDA by the fp64 oracle), fla's kernels vs "
+               "the plug-in", "", _table(results["fla_fp64"]["rows"]), ""]
     md += ["## Summary", "", *(f"- {line}" for line in lines), ""]
     (out / "stack_check.md").write_text("\n".join(md))
     (out / "stack_check.json").write_text(json.dumps(results, indent=1, default=str))
@@ -403,6 +521,9 @@ def main(argv: list[str] | None = None) -> int:
             results["fla"] = {"error": f"fla's layers are not importable ({error}): install flash-linear-attention"}
         if args.tune_cache is not None:
             tune_cache.save(args.tune_cache)
+        if "error" not in results["fla"]:
+            write_report(args.out, results)
+            results["fla_fp64"] = check_fla_fp64(args, dev)
     lines = write_report(args.out, results)
     print("\n".join(lines))
     return 0 if all(not line.startswith("FAIL") for line in lines) else 1

@@ -195,3 +195,29 @@ def test_cp_dist_smoke_timings_on_two_cpu_ranks(tmp_path):
     assert [r.split(" | ")[:2] for r in rows] == [["| B1 T128 H2", "fwd"], ["| B1 T128 H2", "fwd+bwd"],
                                                   ["| B1 T256 H2", "fwd"], ["| B1 T256 H2", "fwd+bwd"]]
     assert "## Checks" in md and "| T131072" not in md  # no checks with --timings-only
+
+
+def test_stack_check_fp64_rows_pass_within_the_margin_of_fla():
+    from benchmarks import stack_check
+
+    row = dict(module="KimiDeltaAttention", fla_out_err=2e-3, fla_dx_err=3e-3, fla_dparams_err=4e-3,
+               plugin_out_err=2e-3, plugin_dx_err=3e-3 * stack_check.FP64_MARGIN, plugin_dparams_err=1e-3,
+               worst_param_ratio=1.2)
+    model = dict(row, module="KDAForCausalLM", plugin_out_err=2.2e-3, fla_step_ms=10.0, plugin_step_ms=8.0)
+    lines = stack_check.summarize({"fla": {"error": "x"}, "fla_fp64": {"rows": [row, model]}})
+    assert lines[1].startswith("PASS fla vs fp64, KimiDeltaAttention") and "x1.20" in lines[1]
+    assert lines[2].startswith("FAIL fla vs fp64, KDAForCausalLM") and "step 10.000 -> 8.000 ms" in lines[2]
+
+
+def test_stack_check_oracle_answers_fla_calls_in_the_callers_dtype():
+    from benchmarks.stack_check import oracle_kda
+    from reference.kda import kda_recurrent
+
+    torch.manual_seed(0)
+    q, k, v, g = (torch.randn(1, 8, 2, 16) for _ in range(4))
+    beta = torch.randn(1, 8, 2)
+    flags = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                 safe_gate=True, lower_bound=-5.0, A_log=torch.zeros(2), dt_bias=torch.zeros(32), state_v_first=True)
+    o, ht = oracle_kda(q, k, v, g, beta, output_final_state=True, **flags)
+    ref, ref_ht = kda_recurrent(q, k, v, g, beta, output_final_state=True, **flags)
+    assert o.dtype == torch.float32 and torch.equal(o, ref.float()) and torch.equal(ht, ref_ht)

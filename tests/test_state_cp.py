@@ -327,3 +327,42 @@ def test_kept_states_need_the_forwards_spacing(monkeypatch):
     monkeypatch.setenv(ENV_CKPT_CHUNKS, "3")
     with pytest.raises(RuntimeError, match=ENV_CKPT_CHUNKS):
         o.sum().backward()
+
+
+@pytest.mark.parametrize("dtype,K,BC", [(torch.float16, 32, 16), (torch.float16, 32, 32), (torch.float32, 32, 16)],
+                         ids=["fp16-BC<K", "fp16-BC=K", "fp32-BC<K"])
+def test_prefetching_map_bodies_equal_the_plain_ones(dtype, K, BC):
+    """The map kernels' prefetching bodies (PREFETCH: every load unconditional, masked off in M blocks; the launch
+    table takes them with pipelined chunk loops on sm_90) give the plain bodies' maps bit for bit: varlen pieces with
+    a partial last chunk, initial state and final-state gradient, M and E blocks, [K, BC] column blocks narrower than
+    K and as wide."""
+    BT, HV, V, L = 16, 2, 32, 2
+    lens = (100, 37)
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+
+    def rand(*shape, scale=1.0, dt=dtype):
+        return (torch.randn(*shape, generator=gen, device=DEVICE) * scale).to(dt)
+
+    TT, NT = sum(lens), sum((n + BT - 1) // BT for n in lens)
+    qg, kg, w = (rand(TT, HV, K, scale=0.2) for _ in range(3))
+    u, do = rand(TT, HV, V), rand(TT, HV, V)
+    Aqk = rand(TT, HV, BT, scale=0.2, dt=torch.float32)
+    gl = -torch.rand(NT, HV, K, generator=gen, device=DEVICE) * 0.3
+    h0, dht = rand(len(lens), HV, K, V, dt=torch.float32), rand(len(lens), HV, K, V, dt=torch.float32)
+    pieces = _piece_plan(lens, BT, L, torch.device(DEVICE))
+    prec = "tf32rn" if dtype == torch.float16 else "tf32x3"
+    const = dict(HV=HV, K=K, V=V, BT=BT, BK=K, BC=BC, NKB=K // BC, V_FIRST=False, IS_BF16=False, PREC=prec,
+                 PAIRS=False)
+    tables = (pieces.cu_seqlens, pieces.chunk_offsets, pieces.piece_seq, pieces.seq_pieces)
+    grid = (K // BC + V // BC, pieces.NM, HV)
+    for kernel, inputs, maps_of, state in (
+        (state_cp._kda_state_cp_fwd_map_kernel, (kg, w, u, gl, gl, h0), pieces.fwd_maps, "HAS_H0"),
+        (state_cp._kda_state_cp_bwd_map_kernel, (qg, kg, w, Aqk, gl, gl, do, dht), pieces.bwd_maps, "HAS_DHT"),
+    ):
+        out = {}
+        for prefetch in (False, True):
+            maps = torch.full((pieces.NM, HV, K, K + V), float("nan"), device=DEVICE)
+            kernel[grid](*inputs, maps, *tables, maps_of, **const, **{state: True}, PREFETCH=prefetch)
+            out[prefetch] = maps
+        assert torch.equal(out[True].nan_to_num(7.0), out[False].nan_to_num(7.0)), kernel.__name__
+        assert out[True][:, :, :, K:].isfinite().all()

@@ -86,8 +86,10 @@ def tuned(key: tuple, default: C, candidates: Sequence[C], run: Callable[[C], ob
 @dataclass(frozen=True)
 class CPConfig:
     BC: int            # columns of [M | E] per program of the intra-card CP map kernels
-    num_warps: int
-    num_stages: int
+    fwd_warps: int     # warps of the forward map kernel
+    fwd_stages: int    # ... and pipeline stages of its chunk loop
+    bwd_warps: int     # the same of the reverse map kernel
+    bwd_stages: int
     chain_BV: int      # V block per program of the CP chain kernels
     chain_BKC: int     # rows of the state (columns of a map) per product of the chain kernels
     chain_warps: int
@@ -266,22 +268,31 @@ def state_candidates(arch: int, K: int, V: int, elem_size: int) -> list[StateCon
 
 
 @functools.cache
-def cp_config(arch: int, K: int, V: int, elem_size: int) -> CPConfig:
-    """Launch configuration of the intra-card CP kernels (state_cp.py); elem_size as in `state_config`. The map
-    kernels carry a [K, BC] fp32 block, like the serial kernel's [K, BV]; the chain kernels a [K, chain_BV] state and
-    [K, chain_BKC] slices of a map."""
+def cp_config(arch: int, K: int, V: int, elem_size: int, bf16: bool = False, BT: int = 64) -> CPConfig:
+    """Launch configuration of the intra-card CP kernels (state_cp.py); elem_size as in `state_config`, bf16: the
+    inputs are bf16 (fp16's reverse map takes fp32 Aqk and TF32 products), BT: the chunk size. The map kernels carry
+    a [K, BC] fp32 block, like the serial kernel's [K, BV]; the chain kernels a [K, chain_BV] state and
+    [K, chain_BKC] slices of a map. A map launch with more than one stage runs the kernel's prefetching body
+    (`PREFETCH`), only where it was checked on a GPU."""
     BK = _kpad(K, arch)
     if arch == 0:
-        return CPConfig(BC=min(32, _kpad(max(K, V), arch)), num_warps=4, num_stages=1, chain_BV=16, chain_BKC=16,
-                        chain_warps=4)
-    if elem_size == 2:
-        BC = 64 if BK <= 128 else 32
-    else:
-        BC = 32 if BK <= 128 else 16
-    # sm_90 ptxas, K = V = 128 bf16 BT 64: the map kernels spill 456-660 B at 4 warps, 0-12 B at 8; the chain kernels
-    # spill at 4 warps or with [256, 32] states, not at 8 warps with the blocks below
-    return CPConfig(BC=BC, num_warps=8, num_stages=1, chain_BV=32 if BK <= 128 else 16, chain_BKC=32,
-                    chain_warps=8)
+        return CPConfig(BC=min(32, _kpad(max(K, V), arch)), fwd_warps=4, fwd_stages=1, bwd_warps=4, bwd_stages=1,
+                        chain_BV=16, chain_BKC=16, chain_warps=4)
+    BC = 64 if elem_size == 2 and BK <= 128 else 32 if elem_size == 2 or BK <= 128 else 16
+    # sm_90 ptxas, K = V = 128 bf16 BT 64, one stage: the map kernels spill 456-660 B at 4 warps, 0-12 B at 8; the
+    # chain kernels spill at 4 warps or with [256, 32] states, not at 8 warps with the blocks below
+    cfg = CPConfig(BC=BC, fwd_warps=8, fwd_stages=1, bwd_warps=8, bwd_stages=1, chain_BV=32 if BK <= 128 else 16,
+                   chain_BKC=32, chain_warps=8)
+    if arch == 90 and elem_size == 2 and BK == 128 and BT == 64:
+        # H200, B1 H32 K = V = 128, 131072 tokens of one sequence (docs/benchmarks/runs/2026-11-27_cp_maps), the
+        # prefetching body against one stage and 8 warps: the forward map x1.5-1.7 in pieces of 128-512 chunks at 4
+        # warps and 2 stages (two programs per SM), bf16 and fp16; bf16's reverse map x3.3 at 4 warps and 3 stages
+        # (4 need 280064 B of shared memory), fp16's x0.7 (fp32 Aqk, TF32 products). The prefetching body gave wrong
+        # maps or faulted with 32-wide column blocks (triton 3.6), so other blocks and chunk sizes keep one stage
+        cfg = replace(cfg, fwd_warps=4, fwd_stages=2)
+        if bf16:
+            cfg = replace(cfg, bwd_warps=4, bwd_stages=3)
+    return cfg
 
 
 @dataclass(frozen=True)

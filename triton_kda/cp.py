@@ -170,7 +170,9 @@ def _export(kernel, inputs: tuple, state, which: str, V: int, plan, cp: CPPlan, 
     HV, K = inputs[0].shape[1:]
     dev = inputs[0].device
     arch = arch_of(dev)
-    cfg = cp_config(arch, K, V, inputs[0].element_size())
+    cfg = cp_config(arch, K, V, inputs[0].element_size(), inputs[0].dtype == torch.bfloat16, BT)
+    warps, stages = ((cfg.fwd_warps, cfg.fwd_stages) if kernel is _kda_state_cp_fwd_map_kernel
+                     else (cfg.bwd_warps, cfg.bwd_stages))
     nkb = cdiv(K, cfg.BC)
     buf = torch.empty(len(cp.parts), HV, K, K + V, device=dev, dtype=torch.float32)
     seqs = _exported_seqs(cp.parts, which)
@@ -181,11 +183,11 @@ def _export(kernel, inputs: tuple, state, which: str, V: int, plan, cp: CPPlan, 
         s0 = _exported(cp.parts, which)
         maps = torch.empty(ex.NM, HV, K, K + V, device=dev, dtype=torch.float32) if ex.split else buf[s0:]
         # positional constexprs, in the same order in both kernels: HV, K, V, BT, BK, BC, NKB, HAS_H0 / HAS_DHT,
-        # V_FIRST, IS_BF16, PREC, PAIRS
+        # V_FIRST, IS_BF16, PREC, PAIRS, PREFETCH
         launch_kernel(kernel, (nkb + cdiv(V, cfg.BC), ex.NM, HV),
             *inputs, state if state is not None else buf, maps, ex.cu_seqlens, ex.chunk_offsets, ex.piece_seq,
             ex.ends, ex.map_pieces, HV, K, V, BT, _kpad(K, arch), cfg.BC, nkb, state is not None, state_v_first,
-            inputs[0].dtype == torch.bfloat16, prec, pair, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            inputs[0].dtype == torch.bfloat16, prec, pair, stages > 1, num_warps=warps, num_stages=stages,
         )
         if ex.split:
             launch_kernel(_kda_state_cp_compose_kernel, (cdiv(K + V, cfg.chain_BV), ex.R, HV),

@@ -221,7 +221,7 @@ def _cp_specs(arch: int, K: int, V: int, BT: int, dname: str, ty: str, is_bf16: 
     """The four intra-card CP kernels (state_cp.py) of one (K, V, BT, dtype); the chain kernels once, at BT 64.
     prec / bprec: the forward's / backward's product precision."""
 
-    cc = cp_config(arch, K, V, 4 if dname == "fp32" else 2)
+    cc = cp_config(arch, K, V, 4 if dname == "fp32" else 2, is_bf16, BT)
     tables = {n: "*i64" for n in ("cu_seqlens", "chunk_offsets", "seq_pieces")}
     tables.update({"piece_seq": "*i32", "map_pieces": "*i32"})
     ce = dict(HV=8, K=K, V=V, BT=BT, BK=_kpad(K, arch), BC=cc.BC, NKB=cdiv(K, cc.BC), V_FIRST=False,
@@ -230,13 +230,15 @@ def _cp_specs(arch: int, K: int, V: int, BT: int, dname: str, ty: str, is_bf16: 
     sig.update({n: "*fp32" for n in ("gl", "rs", "h0", "maps")}, **tables)
     pairs = dname == "fp32"  # fp32 kg, w as fp16 pairs from the WY kernel (training), or plain (inference)
     specs = [CompileSpec(f"cp_fwd_map K{K} V{V} BT{BT} {dname}{' pairs' if pair else ''}",
-                         _kda_state_cp_fwd_map_kernel, sig, dict(ce, HAS_H0=True, PAIRS=pair), cc.num_warps,
-                         cc.num_stages) for pair in ((False, True) if pairs else (False,))]
+                         _kda_state_cp_fwd_map_kernel, sig,
+                         dict(ce, HAS_H0=True, PAIRS=pair, PREFETCH=cc.fwd_stages > 1), cc.fwd_warps, cc.fwd_stages)
+             for pair in ((False, True) if pairs else (False,))]
     sig = {n: f"*{ty}" for n in ("qg", "kg", "w", "Aqk", "do")}
     sig["Aqk"] = f"*{ty}" if is_bf16 else "*fp32"
     sig.update({n: "*fp32" for n in ("gl", "rs", "dht", "maps")}, **tables)
     specs.append(CompileSpec(f"cp_bwd_map K{K} V{V} BT{BT} {dname}", _kda_state_cp_bwd_map_kernel, sig,
-                             dict(ce, HAS_DHT=True, PREC=bprec, PAIRS=pairs), cc.num_warps, cc.num_stages))
+                             dict(ce, HAS_DHT=True, PREC=bprec, PAIRS=pairs, PREFETCH=cc.bwd_stages > 1),
+                             cc.bwd_warps, cc.bwd_stages))
     if BT == 64:
         ce = dict(HV=8, K=K, V=V, BK=_kpad(K, arch), BV=cc.chain_BV, BKC=cc.chain_BKC, V_FIRST=False)
         for name, fn, state in (("cp_fwd_chain", _kda_state_cp_fwd_chain_kernel, ("h0", "init", "HAS_H0")),

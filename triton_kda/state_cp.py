@@ -344,7 +344,7 @@ def _kda_state_cp_fwd_map_kernel(
     cu_seqlens, chunk_offsets, piece_seq, seq_pieces, map_pieces,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
     NKB: tl.constexpr, HAS_H0: tl.constexpr, V_FIRST: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
-    PAIRS: tl.constexpr,
+    PAIRS: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """Map (M, E) of piece map_pieces[j] over its chunks, S <- 2^G_last S + kg^T (u - w S):
     kg, w: [TT, HV, K]; u: [TT, HV, V]; gl: [NT, HV, K] fp32 (log2 units); h0: [N, HV, K, V] fp32 ([N, HV, V, K] if
@@ -377,16 +377,29 @@ def _kda_state_cp_fwd_map_kernel(
             v_hi, v_lo, v_dn = _split16_cols(_finite_or_zero(b_vn) * b_rs[:, None])
             b_S += _pair_dot(tl.trans(kg_hi), tl.trans(kg_lo), v_hi, v_lo, v_dn)
         else:  # 16-bit inputs, or fp32 ones whose kg, w are plain
-            p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-            p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-            b_vn = -_dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), _op(b_S, IS_BF16), None, PREC)
-            if is_e:
+            if PREFETCH:  # every load unconditional (u masked off in M blocks): the chunk loop prefetches them
+                p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+                p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
                 p_u = u + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
-                b_vn += tl.load(p_u, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0).to(tl.float32)
-            b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
-            b_S *= tl.exp2(b_gl)[:, None]
-            b_S += _dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)),
-                        _op(_finite_or_zero(b_vn), IS_BF16), None, PREC)
+                b_w = tl.load(p_w, boundary_check=(0, 1))
+                b_kg = tl.load(p_kg, boundary_check=(0, 1))
+                b_u = tl.load(p_u, mask=((t0 + o_t) < T)[:, None] & ((o_c < V) & is_e)[None, :], other=0.0)
+                b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
+                b_vn = b_u.to(tl.float32) - _dot(_op(b_w, IS_BF16), _op(b_S, IS_BF16), None, PREC)
+                b_S *= tl.exp2(b_gl)[:, None]
+                b_S += _dot(tl.trans(_op(b_kg, IS_BF16)), _op(_finite_or_zero(b_vn), IS_BF16), None, PREC)
+            else:
+                p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+                p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+                b_vn = -_dot(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16), _op(b_S, IS_BF16), None, PREC)
+                if is_e:
+                    p_u = u + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
+                    b_vn += tl.load(p_u, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :],
+                                    other=0.0).to(tl.float32)
+                b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
+                b_S *= tl.exp2(b_gl)[:, None]
+                b_S += _dot(tl.trans(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16)),
+                            _op(_finite_or_zero(b_vn), IS_BF16), None, PREC)
     tl.store(maps + (i_j * HV + i_hv).to(tl.int64) * K * (K + V) + off_map, b_S, mask=m_kc)
 
 
@@ -396,7 +409,7 @@ def _kda_state_cp_bwd_map_kernel(
     cu_seqlens, chunk_offsets, piece_seq, seq_pieces, map_pieces,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
     NKB: tl.constexpr, HAS_DHT: tl.constexpr, V_FIRST: tl.constexpr, IS_BF16: tl.constexpr, PREC: tl.constexpr,
-    PAIRS: tl.constexpr,
+    PAIRS: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """Reverse map (M^T, F) of piece map_pieces[j], dS_start = M^T dS_end + F, over its chunks last to first:
     dv_new = Aqk^T do + kg dS;  dS <- 2^G_last dS + qg^T do - w^T dv_new.
@@ -434,19 +447,43 @@ def _kda_state_cp_bwd_map_kernel(
                 b_dS += _pair_tdot(qg, b_rs, b_do, bos, i_hv, T, t0, HV, K, BT, BK)
             b_dS -= _pair_tdot(w, b_rs, b_dvn, bos, i_hv, T, t0, HV, K, BT, BK)
         else:  # 16-bit inputs, or fp32 ones whose qg, kg, w are plain
-            p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-            p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-            b_dvn = _dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), None, PREC)
-            b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
-            b_dS *= tl.exp2(b_gl)[:, None]
-            if is_e:
+            if PREFETCH:  # every load unconditional (do, Aqk, qg masked off in M^T blocks): prefetched
+                m_t = (t0 + o_t) < T
+                p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+                p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
                 p_do = do + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
-                b_do = _op(tl.load(p_do, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0), IS_BF16)
-                p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT), (1, 0))
-                p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
-                b_dvn += _dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
-                b_dS += _dot(tl.trans(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
-            b_dS -= _dot(tl.trans(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16)), _op(b_dvn, IS_BF16), None, PREC)
+                p_A = Aqk + ((bos + t0 + o_t)[:, None] * HV + i_hv) * BT + o_t[None, :]
+                p_qg = qg + ((bos + t0 + o_t)[:, None] * HV + i_hv) * K + o_k[None, :]
+                b_kg = tl.load(p_kg, boundary_check=(0, 1))
+                b_w = tl.load(p_w, boundary_check=(0, 1))
+                b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
+                b_do = tl.load(p_do, mask=m_t[:, None] & ((o_c < V) & is_e)[None, :], other=0.0)
+                b_A = tl.load(p_A, mask=(m_t & is_e)[:, None], other=0.0)
+                b_qg = tl.load(p_qg, mask=(m_t & is_e)[:, None] & (o_k < K)[None, :], other=0.0)
+                b_dvn = _dot(_op(b_kg, IS_BF16), _op(b_dS, IS_BF16), None, PREC)
+                b_dS *= tl.exp2(b_gl)[:, None]
+                if is_e:
+                    b_dvn += _dot(tl.trans(_op(b_A, IS_BF16)), _op(b_do, IS_BF16), None, PREC)
+                    b_dS += _dot(tl.trans(_op(b_qg, IS_BF16)), _op(b_do, IS_BF16), None, PREC)
+                b_dS -= _dot(tl.trans(_op(b_w, IS_BF16)), _op(b_dvn, IS_BF16), None, PREC)
+            else:
+                p_kg = tl.make_block_ptr(kg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+                p_w = tl.make_block_ptr(w + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK), (1, 0))
+                b_dvn = _dot(_op(tl.load(p_kg, boundary_check=(0, 1)), IS_BF16), _op(b_dS, IS_BF16), None, PREC)
+                b_gl = tl.load(gl + ((c_base + i_t) * HV + i_hv) * K + o_k, mask=o_k < K, other=0.0)
+                b_dS *= tl.exp2(b_gl)[:, None]
+                if is_e:
+                    p_do = do + ((bos + t0 + o_t)[:, None] * HV + i_hv) * V + o_c[None, :]
+                    b_do = _op(tl.load(p_do, mask=((t0 + o_t) < T)[:, None] & (o_c < V)[None, :], other=0.0),
+                               IS_BF16)
+                    p_A = tl.make_block_ptr(Aqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (t0, 0), (BT, BT),
+                                            (1, 0))
+                    p_qg = tl.make_block_ptr(qg + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, 0), (BT, BK),
+                                             (1, 0))
+                    b_dvn += _dot(tl.trans(_op(tl.load(p_A, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
+                    b_dS += _dot(tl.trans(_op(tl.load(p_qg, boundary_check=(0, 1)), IS_BF16)), b_do, None, PREC)
+                b_dS -= _dot(tl.trans(_op(tl.load(p_w, boundary_check=(0, 1)), IS_BF16)), _op(b_dvn, IS_BF16), None,
+                             PREC)
     tl.store(maps + (i_j * HV + i_hv).to(tl.int64) * K * (K + V) + off_map, b_dS, mask=m_kc)
 
 
@@ -596,7 +633,7 @@ def cp_initial_states(kg, w, u, gl, rs, h0, seqs, pieces: PiecePlan, BT: int, *,
     V = u.shape[-1]
     dev = w.device
     arch = arch_of(dev)
-    cfg = cp_config(arch, K, V, w.element_size())
+    cfg = cp_config(arch, K, V, w.element_size(), w.dtype == torch.bfloat16, BT)
     nkb = cdiv(K, cfg.BC)
     maps = torch.empty(pieces.NM, HV, K, K + V, device=dev, dtype=torch.float32)
     init = torch.empty(state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
@@ -606,8 +643,8 @@ def cp_initial_states(kg, w, u, gl, rs, h0, seqs, pieces: PiecePlan, BT: int, *,
             kg, w, u, gl, rs if rs.numel() else gl, h0 if h0 is not None else init, maps,
             pieces.cu_seqlens, pieces.chunk_offsets, pieces.piece_seq, pieces.seq_pieces, pieces.fwd_maps,
             BT=BT, BC=cfg.BC, NKB=nkb, HAS_H0=h0 is not None, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
-            PAIRS=rs.numel() > 0,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **common,
+            PAIRS=rs.numel() > 0, PREFETCH=cfg.fwd_stages > 1,
+            num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages, **common,
         )
     launch_kernel(_kda_state_cp_fwd_chain_kernel, (cdiv(V, cfg.chain_BV), seqs.N, HV),
         maps, h0 if h0 is not None else init, init, pieces.seq_pieces, BV=cfg.chain_BV, BKC=cfg.chain_BKC,
@@ -627,7 +664,7 @@ def cp_end_gradients(qg, kg, w, Aqk, gl, rs, do, dht, seqs, pieces: PiecePlan, B
     V = do.shape[-1]
     dev = w.device
     arch = arch_of(dev)
-    cfg = cp_config(arch, K, V, w.element_size())
+    cfg = cp_config(arch, K, V, w.element_size(), w.dtype == torch.bfloat16, BT)
     nkb = cdiv(K, cfg.BC)
     maps = torch.empty(pieces.NM, HV, K, K + V, device=dev, dtype=torch.float32)
     dend = torch.empty(state_shape(pieces.N, HV, K, V, state_v_first), device=dev, dtype=torch.float32)
@@ -637,8 +674,8 @@ def cp_end_gradients(qg, kg, w, Aqk, gl, rs, do, dht, seqs, pieces: PiecePlan, B
             qg, kg, w, Aqk, gl, rs if rs.numel() else gl, do, dht if dht is not None else dend, maps,
             pieces.cu_seqlens, pieces.chunk_offsets, pieces.piece_seq, pieces.seq_pieces, pieces.bwd_maps,
             BT=BT, BC=cfg.BC, NKB=nkb, HAS_DHT=dht is not None, IS_BF16=w.dtype == torch.bfloat16, PREC=prec,
-            PAIRS=rs.numel() > 0,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **common,
+            PAIRS=rs.numel() > 0, PREFETCH=cfg.bwd_stages > 1,
+            num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages, **common,
         )
     launch_kernel(_kda_state_cp_bwd_chain_kernel, (cdiv(V, cfg.chain_BV), seqs.N, HV),
         maps, dht if dht is not None else dend, dend, pieces.seq_pieces, BV=cfg.chain_BV, BKC=cfg.chain_BKC,
