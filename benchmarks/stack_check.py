@@ -13,9 +13,12 @@
    (`triton_kda.integrations.fla`), next to `fla.ops.kda.chunk_kda` vs `triton_kda.chunk_kda` at the layer's shapes
    and flags: the layer's saving against the op's, the plug-in's accept/serve counts, and whether the layer with the
    plug-in gives what it gives calling triton_kda directly (output bit-identical; gradients within the difference
-   of two identical direct runs, since fla's own conv and norm kernels need not be bit-reproducible). fla tunes
-   its kernels on its first call (minutes): one small shape only; `--tune-cache DIR` keeps the tuning between
-   runs, `--no-fla` skips the section. `--only SECTION` runs one section.
+   of two identical direct runs, since fla's own conv and norm kernels need not be bit-reproducible). Then the
+   layer and a 2-layer `KDAForCausalLM` forward+backward against fp64 (an fp32 copy whose KDA calls run in the
+   fp64 oracle): the plug-in's errors (output or loss, dx, all parameter gradients) must be at most FP64_MARGIN
+   times those of fla's kernels; and the model's step time both ways. fla tunes its kernels on its first call
+   (minutes): one small shape only; `--tune-cache DIR` keeps the tuning between runs, `--no-fla` skips the
+   section. `--only SECTION` runs one section.
 
 Writes DIR/stack_check.md and DIR/stack_check.json; the summary is printed last.
 """
