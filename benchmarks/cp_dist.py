@@ -19,7 +19,8 @@ rank 0 writes cp_dist.md (and cp_dist.json) under --out after each section. W = 
    c. two CP forward + backward runs of (a): bit-identical outputs and gradients;
    d. a CP forward + backward with cu_seqlens_cpu under torch's sync debug mode: no host sync;
    e. a CP forward captured in a CUDA graph and replayed: equal to the eager call.
-2. Timings, B1 H32 K = V = 128 bf16, Kimi flags (lower_bound -5), one sequence of T = 128K and 256K tokens in all:
+2. Timings, B1 H32 K = V = 128 bf16, Kimi flags (lower_bound -5), one sequence of T = 128K and 256K tokens in all
+   (`--T 524288` for others):
    forward (no_grad) and forward + backward (grads of q, k, v, g, beta) on one GPU (the whole sequence on each GPU
    at once) and under CP (contiguous); medians of per-call device times (L2 flushed, ranks aligned by a barrier
    before each call; the slower rank's median), and the speed-up.
@@ -41,7 +42,7 @@ import sys
 import time
 import traceback
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -79,6 +80,11 @@ class Setup:
     device: torch.device
     group: object
     sizes: Sizes
+
+
+def min_tokens(W: int) -> int:
+    """The shortest sequence --T takes: one chunk per rank."""
+    return BT * W
 
 
 def fit(T: int, s: Setup) -> int:
@@ -530,6 +536,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--smoke", action="store_true", help="tiny shapes (fp32 on CPU, bf16 on GPUs)")
     ap.add_argument("--timings-only", action="store_true", help="sections 2-4 only (no checks)")
+    ap.add_argument("--T", type=int, nargs="+", help="tokens of the timed sequences (default 131072 262144; --smoke "
+                    "128 256), cut to a multiple of the ranks")
     args = ap.parse_args(argv)
     os.environ.update(MULTICAST_OFF)
     cuda = torch.cuda.is_available()
@@ -547,6 +555,11 @@ def main(argv=None) -> int:
     if args.smoke and cuda:
         sizes = Sizes(SMOKE.check_T, SMOKE.check_H, SMOKE.grad_seqlens, SMOKE.time_Ts, SMOKE.time_H, 128,
                       torch.bfloat16, 3)
+    if args.T:
+        if min(args.T) < min_tokens(dist.get_world_size()):
+            raise SystemExit(f"cp_dist: --T must be at least {min_tokens(dist.get_world_size())} tokens (one "
+                             f"chunk per rank), got {args.T}")
+        sizes = replace(sizes, time_Ts=tuple(args.T))
     s = Setup(dist.get_rank(), dist.get_world_size(), device, dist.group.WORLD, sizes)
     deadline = time.monotonic() + args.budget_s
     out = Path(args.out)

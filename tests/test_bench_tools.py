@@ -178,8 +178,9 @@ def test_impls_and_timing_on_the_cpu(monkeypatch):
 
 
 def test_cp_dist_smoke_timings_on_two_cpu_ranks(tmp_path):
-    """`benchmarks.cp_dist --smoke --timings-only` under torchrun: 2 gloo ranks through the interpreter write the
-    timings and the per-rank breakdown (the checks run in tests/test_cp.py)."""
+    """`benchmarks.cp_dist --smoke --timings-only --T 200` under torchrun: 2 gloo ranks through the interpreter write
+    the timings of that length (a partial last chunk on each rank) and the per-rank breakdown (the checks run in
+    tests/test_cp.py)."""
     import socket
 
     with socket.socket() as s:
@@ -187,13 +188,13 @@ def test_cp_dist_smoke_timings_on_two_cpu_ranks(tmp_path):
         port = s.getsockname()[1]
     env = dict(os.environ, TRITON_INTERPRET="1")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                    str(port), "-m", "benchmarks.cp_dist", "--smoke", "--timings-only", "--out", str(tmp_path)],
+                    str(port), "-m", "benchmarks.cp_dist", "--smoke", "--timings-only", "--T", "200",
+                    "--out", str(tmp_path)],
                    capture_output=True, text=True, env=env, timeout=900, check=True)
     md = (tmp_path / "cp_dist.md").read_text()
     assert "2 CPU processes (gloo, Triton interpreter)" in md
     rows = [line for line in md.splitlines() if line.startswith("| B1 T")]
-    assert [r.split(" | ")[:2] for r in rows] == [["| B1 T128 H2", "fwd"], ["| B1 T128 H2", "fwd+bwd"],
-                                                  ["| B1 T256 H2", "fwd"], ["| B1 T256 H2", "fwd+bwd"]]
+    assert [r.split(" | ")[:2] for r in rows] == [["| B1 T200 H2", "fwd"], ["| B1 T200 H2", "fwd+bwd"]]
     assert "## Checks" in md and "| T131072" not in md  # no checks with --timings-only
 
 
