@@ -122,6 +122,9 @@ def skewed_seqlens(total: int, long: int, short: int) -> tuple[int, ...]:
     return (long,) + (short,) * (rest // short)
 
 
+TLE_SEQLENS = (1300, 547, 2048, 963, 271, 3063)  # the varlen batch of TLE's published forward timings
+
+
 def _varlen(seqlens: tuple[int, ...], tag: str, H: int = 32) -> Shape:
     return Shape(B=1, T=sum(seqlens), H=H, HV=H, seqlens=seqlens, tag=tag)
 
@@ -147,6 +150,12 @@ SUITES: dict[str, tuple[Shape, ...]] = {
     "headdim": (
         Shape(B=2, T=8192, H=16, HV=16, K=64, V=64),
         Shape(B=2, T=8192, H=16, HV=16, K=256, V=256),
+    ),
+    # the published prefill anchors (TLE, fla PR 1075: T8192 H96 and its varlen batch) and that batch with GVA
+    "prefill": (
+        Shape(B=1, T=8192, H=96, HV=96),
+        _varlen(TLE_SEQLENS, "tle6", H=96),
+        Shape(B=1, T=sum(TLE_SEQLENS), H=16, HV=32, seqlens=TLE_SEQLENS, tag="tle6"),
     ),
     "fp32": (Shape(B=1, T=8192, H=16, HV=16, dtype="fp32"),),
     # one decode step (T = 1) of fused_recurrent_kda on a state pool of DECODE_SLOTS slots (benchmarks/decode.py)

@@ -106,6 +106,9 @@ def test_suites_hold_the_listed_shapes():
     assert [(s.H, s.HV, s.B, s.T) for s in SUITES["gva"]] == [(16, 32, 2, 8192), (8, 64, 2, 8192)]
     assert [(s.K, s.V) for s in SUITES["headdim"]] == [(64, 64), (256, 256)]
     assert [dims(s) for s in SUITES["fp32"]] == [(1, 8192, 16, 16, 128, 128, "fp32")]
+    assert [(s.B, s.T, s.H, s.HV, s.seqlens) for s in SUITES["prefill"]] == [
+        (1, 8192, 96, 96, None), (1, 8192, 96, 96, (1300, 547, 2048, 963, 271, 3063)),
+        (1, 8192, 16, 32, (1300, 547, 2048, 963, 271, 3063))]
     rand, uniform, skewed = SUITES["varlen"]
     assert all(s.varlen and s.T == 16384 and s.H == 32 and sum(s.seqlens) == 16384 for s in SUITES["varlen"])
     assert len(rand.seqlens) == 20 and min(rand.seqlens) > 0 and rand.seqlens == random_seqlens(20, 16384, 0)
