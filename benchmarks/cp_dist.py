@@ -82,11 +82,6 @@ class Setup:
     sizes: Sizes
 
 
-def min_tokens(W: int) -> int:
-    """The shortest sequence --T takes: one chunk per rank."""
-    return BT * W
-
-
 def fit(T: int, s: Setup) -> int:
     """T cut to a multiple of the number of ranks (contiguous parts)."""
     return T - T % s.W
@@ -557,9 +552,9 @@ def main(argv=None) -> int:
         sizes = Sizes(SMOKE.check_T, SMOKE.check_H, SMOKE.grad_seqlens, SMOKE.time_Ts, SMOKE.time_H, 128,
                       torch.bfloat16, 3)
     if args.T:
-        if min(args.T) < min_tokens(dist.get_world_size()):
-            raise SystemExit(f"cp_dist: --T must be at least {min_tokens(dist.get_world_size())} tokens (one "
-                             f"chunk per rank), got {args.T}")
+        shortest = BT * dist.get_world_size()  # one chunk per rank
+        if min(args.T) < shortest:
+            raise SystemExit(f"cp_dist: --T must be at least {shortest} tokens (one chunk per rank), got {args.T}")
         sizes = replace(sizes, time_Ts=tuple(args.T))
     s = Setup(dist.get_rank(), dist.get_world_size(), device, dist.group.WORLD, sizes)
     deadline = time.monotonic() + args.budget_s
