@@ -74,11 +74,12 @@ class KDABlock(torch.nn.Module):
 
 
 def block_grads(block: torch.nn.Module, fn, x: torch.Tensor, dy: torch.Tensor) -> list[torch.Tensor]:
-    """[y, dx, d(every parameter)] of one forward+backward of fn(x) with upstream gradient dy."""
+    """[y, dx, d(every parameter)] of one forward+backward of fn(x) with upstream gradient dy (zeros for a parameter
+    fn does not use)."""
     x = x.detach().requires_grad_(True)
     y = fn(x)
     params = list(block.parameters())
-    return [y.detach(), *torch.autograd.grad(y, [x, *params], dy)]
+    return [y.detach(), *torch.autograd.grad(y, [x, *params], dy, allow_unused=True, materialize_grads=True)]
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -283,10 +284,7 @@ def errors_vs_oracle(module: torch.nn.Module, fn, inputs: list[tuple]) -> dict:
     from triton_kda.integrations import fla as plugin
 
     def grads(m: torch.nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[torch.Tensor]:
-        x = x.detach().requires_grad_(True)
-        y = fn(m, x)
-        return [y.detach(), *torch.autograd.grad(y, [x, *m.parameters()], dy, allow_unused=True,
-                                                 materialize_grads=True)]
+        return block_grads(m, lambda h: fn(m, h), x, dy)
 
     ref_module = copy.deepcopy(module).float()
     original = fla_layer_module.chunk_kda
