@@ -605,6 +605,7 @@ def main(argv=None) -> int:
         tune_cache.save(Path(args.tune_cache))
     if s.rank == 0:
         print((out / "cp_dist.md").read_text(), flush=True)
+    dist.barrier()  # every rank done with its collectives before the group goes (a gloo rank aborted at exit)
     dist.destroy_process_group()
     return 0 if ok else 1
 
