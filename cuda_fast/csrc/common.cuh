@@ -1,5 +1,5 @@
-// Helpers shared by the cuda_fast kernels: PTX wrappers (cp.async, ldmatrix, bf16 and tf32 mma.sync, ex2) and the
-// host side's argument checks. Everything is in an anonymous namespace: each source gets its own copy.
+// Helpers shared by the cuda_fast kernels: PTX wrappers (cp.async, ldmatrix / stmatrix, bf16 and tf32 mma.sync,
+// ex2) and the host side's argument checks. Everything is in an anonymous namespace: each source gets its own copy.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -32,6 +32,12 @@ __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void* p) {
 __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+// the inverse of ldsm_x4: register i of each lane to matrix i, lanes 8i..8i+7 giving matrix i's row addresses
+__device__ __forceinline__ void stsm_x4(void* p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(p)), "r"(r0),
+                 "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 
 // c += a (16x16, row) * b (16x8, col), bf16 inputs, fp32 accumulators

@@ -82,17 +82,34 @@ __device__ __forceinline__ float load_scalar(const void* p, int64_t i, bool f32)
 // g and g + 8, columns 16 kk + 2t + {0, 1, 8, 9} of q and k (the A fragments of the 8 k-steps), which are also the
 // B fragments of k e^{G_0 - G} for the two 8-row n-tiles, so Aqk and L need no shared-memory staging.
 // Shared memory per warp: region R (G fp32 [16, GPAD]; after the pass: v [16, 128] bf16 swizzled, L [16, 17] fp32,
-// Akk diag(beta) [16, APAD] bf16) and region X (k e^{G} [16, 128] bf16 swizzled).
+// Akk diag(beta) [16, APAD] bf16), region X (k as loaded, then k e^{G}, [16, 128] bf16 swizzled), region Q (q as
+// loaded; q and k arrive by cp.async while the gate pass runs) and two [16, 16] staging tiles through
+// which every 16 x 16 output tile of qg, kg, w, u leaves (stmatrix in, one 16-byte store per lane out: whole 32-byte
+// sectors; stores straight from the fragments wrote half-sectors, and the kernel was bound by L2 traffic).
 constexpr int GPAD = D + 8;
+constexpr int SPAD = 24;  // bf16 row stride of a staging tile: rows 48 bytes apart, conflict-free stmatrix and reads
 constexpr int K1_R_BYTES = BT * GPAD * 4;
-constexpr int K1_WARP_BYTES = K1_R_BYTES + BT * D * 2;
+constexpr int K1_X_BYTES = BT * D * 2;
+constexpr int K1_WARP_BYTES = K1_R_BYTES + 2 * K1_X_BYTES + 2 * BT * SPAD * 2;
+
+// one 16 x 16 bf16 tile in mma accumulator layout (r[e]: rows gi + 8 (e & 1), columns 8 (e >> 1) + gj, + 1) to global
+// rows [16, ld] at dst: through a staging tile of this warp (lane l then stores row l % 16, columns 8 (l / 16) + 0..7)
+__device__ __forceinline__ void store_tile(__nv_bfloat16* stage, const uint32_t r[4], __nv_bfloat16* dst, int64_t ld,
+                                           int lane) {
+    stsm_x4(stage + ((lane & 7) + ((lane >> 3) & 1) * 8) * SPAD + (lane >> 4) * 8, r[0], r[1], r[2], r[3]);
+    __syncwarp();
+    const uint4 x = *reinterpret_cast<const uint4*>(stage + (lane & 15) * SPAD + (lane >> 4) * 8);
+    *reinterpret_cast<uint4*>(dst + (lane & 15) * ld + (lane >> 4) * 8) = x;
+    __syncwarp();
+}
 
 // element offset in a [16, 128] bf16 tile whose 16-byte chunks are XOR-swizzled by row (conflict-free ldmatrix)
 __device__ __forceinline__ int swz(int r, int c) { return r * D + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7); }
 
 #ifndef KDA_K1_MIN_BLOCKS
-#define KDA_K1_MIN_BLOCKS 2  // CTAs per SM the register allocation targets (4 fit in shared memory, but the
-                             // 128-register cap of 4 spilled, 1.18 vs 0.67 ms at B2 T8192 H32)
+#define KDA_K1_MIN_BLOCKS 3  // CTAs per SM the register allocation targets: 3 (168 registers, under 100 bytes of
+                             // spills) beat 2 by 4-5% on an H100 (2026-11-27); the 128-register cap of 4 spilled
+                             // to L2 (1.18 vs 0.67 ms at B2 T8192 H32)
 #endif
 
 template <int GATE, bool G_F32>
@@ -114,6 +131,19 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
     float* sL = reinterpret_cast<float*>(region + BT * D * 2);
     __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(region + BT * D * 2 + BT * 17 * 4);
     __nv_bfloat16* sx = reinterpret_cast<__nv_bfloat16*>(region + K1_R_BYTES);
+    __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(region + K1_R_BYTES + K1_X_BYTES);
+    __nv_bfloat16* st0 = reinterpret_cast<__nv_bfloat16*>(region + K1_R_BYTES + 2 * K1_X_BYTES);
+    __nv_bfloat16* st1 = st0 + BT * SPAD;
+
+    // 0. q and k rows to Q and X (rows past the sequence end zero-filled), landing while the gate pass runs
+    for (int i = lane; i < BT * 16; i += 32) {
+        const int r = i >> 4, p = (i & 15) * 8;
+        const bool ok = r < nvalid;
+        const int64_t row = ((t0 + (ok ? r : 0)) * a.H + h) * D + p;
+        cp_async16(sq + swz(r, p), a.q + row, ok);
+        cp_async16(sx + swz(r, p), a.k + row, ok);
+    }
+    cp_async_commit();
 
     // 1. gate and in-chunk cumsum (log2 units), lane owning columns c0..c0+3, rows written to G as they complete
     const int c0 = lane * 4;
@@ -157,26 +187,19 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
     for (int m = 16; m > 0; m >>= 1) range = fmaxf(range, __shfl_xor_sync(0xffffffffu, range, m));
     const bool exact = !(range <= RANGE_MAX);  // NaN-safe: a NaN range takes the exact path
 
-    // 2. q and k fragments (rows past the sequence end are zero)
+    // 2. q and k fragments (ldmatrix: A-operand layout, k-step kk in qf[kk], kf[kk])
     uint32_t qf[8][4], kf[8][4];
+    cp_async_wait<0>();
+    __syncwarp();
     {
-        const bool ok0 = gi < nvalid, ok1 = gi + 8 < nvalid;
-        const __nv_bfloat16* q0 = a.q + ((t0 + (ok0 ? gi : 0)) * a.H + h) * D + gj;
-        const __nv_bfloat16* q1 = a.q + ((t0 + (ok1 ? gi + 8 : 0)) * a.H + h) * D + gj;
-        const __nv_bfloat16* k0 = a.k + ((t0 + (ok0 ? gi : 0)) * a.H + h) * D + gj;
-        const __nv_bfloat16* k1 = a.k + ((t0 + (ok1 ? gi + 8 : 0)) * a.H + h) * D + gj;
+        const int r = (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int c = kk * 16 + half * 8;
-                qf[kk][2 * half] = ok0 ? *reinterpret_cast<const uint32_t*>(q0 + c) : 0u;
-                qf[kk][2 * half + 1] = ok1 ? *reinterpret_cast<const uint32_t*>(q1 + c) : 0u;
-                kf[kk][2 * half] = ok0 ? *reinterpret_cast<const uint32_t*>(k0 + c) : 0u;
-                kf[kk][2 * half + 1] = ok1 ? *reinterpret_cast<const uint32_t*>(k1 + c) : 0u;
-            }
+            ldsm_x4(qf[kk], sq + swz(r, kk * 16 + (lane >> 4) * 8));
+            ldsm_x4(kf[kk], sx + swz(r, kk * 16 + (lane >> 4) * 8));
         }
     }
+    __syncwarp();  // X is written (k e^{G}) below
 
     // beta (activated; zero on padded rows), kept by lanes 0..15
     float beta = 0.0f;
@@ -214,14 +237,12 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
     // 4. element-wise factors per k-step: qg, kg to the workspace, k e^{G} to X, and (fast path) the Aqk and L
     //    products straight from registers; the exact path parks q, k in this chunk's w/u workspace rows instead
     const int64_t tile = (hv * a.NT + ci) * BT;  // first row of this chunk in the [HV, NT, 16, ...] workspaces
-    __nv_bfloat16* const qg_rows[2] = {a.qg + (tile + gi) * D, a.qg + (tile + gi + 8) * D};
-    __nv_bfloat16* const kg_rows[2] = {a.kg + (tile + gi) * D, a.kg + (tile + gi + 8) * D};
     __nv_bfloat16* const w_rows[2] = {a.w + (tile + gi) * D, a.w + (tile + gi + 8) * D};
     __nv_bfloat16* const u_rows[2] = {a.u + (tile + gi) * D, a.u + (tile + gi + 8) * D};
     float aqk[2][4] = {}, lkk[2][4] = {};
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
-        uint32_t fq[4], fk[4], fi[4];
+        uint32_t fq[4], fk[4], fi[4], oq[4], ok[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int row = gi + (e & 1) * 8, col = kk * 16 + (e >> 1) * 8 + gj;
@@ -232,9 +253,8 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
             const float qs0 = x.x * rq[e & 1], qs1 = x.y * rq[e & 1];
             const float ks0 = y.x * rk[e & 1], ks1 = y.y * rk[e & 1];
             const float e0 = fast_exp2(G.x), e1 = fast_exp2(G.y);
-            *reinterpret_cast<uint32_t*>(qg_rows[e & 1] + col) = pack_bf16(qs0 * e0, qs1 * e1);
-            *reinterpret_cast<uint32_t*>(kg_rows[e & 1] + col) =
-                pack_bf16(ks0 * fast_exp2(GL.x - G.x), ks1 * fast_exp2(GL.y - G.y));
+            oq[e] = pack_bf16(qs0 * e0, qs1 * e1);
+            ok[e] = pack_bf16(ks0 * fast_exp2(GL.x - G.x), ks1 * fast_exp2(GL.y - G.y));
             *reinterpret_cast<uint32_t*>(sx + swz(row, col)) = pack_bf16(ks0 * e0, ks1 * e1);
             if (!exact) {
                 const float a0 = fast_exp2(G.x - G0.x), a1 = fast_exp2(G.y - G0.y);
@@ -246,6 +266,8 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
                 *reinterpret_cast<uint32_t*>(u_rows[e & 1] + col) = pack_bf16(ks0, ks1);
             }
         }
+        store_tile(st0, oq, a.qg + tile * D + kk * 16, D, lane);
+        store_tile(st1, ok, a.kg + tile * D + kk * 16, D, lane);
         if (!exact) {
             // B fragments of k e^{G_0 - G}: n-tile 0 is rows 0-7 (registers e = 0, 2), n-tile 1 rows 8-15 (e = 1, 3)
             mma(aqk[0], fq, fi[0], fi[2]);
@@ -338,14 +360,12 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
             mma(cw[1], fa, fx[2], fx[3]);
             mma(cu[0], fa, fv[0], fv[1]);
             mma(cu[1], fa, fv[2], fv[3]);
-#pragma unroll
-            for (int n = 0; n < 2; ++n) {
-                const int col = np * 16 + n * 8 + gj;
-                *reinterpret_cast<uint32_t*>(w_rows[0] + col) = pack_bf16(cw[n][0], cw[n][1]);
-                *reinterpret_cast<uint32_t*>(w_rows[1] + col) = pack_bf16(cw[n][2], cw[n][3]);
-                *reinterpret_cast<uint32_t*>(u_rows[0] + col) = pack_bf16(cu[n][0], cu[n][1]);
-                *reinterpret_cast<uint32_t*>(u_rows[1] + col) = pack_bf16(cu[n][2], cu[n][3]);
-            }
+            const uint32_t ow[4] = {pack_bf16(cw[0][0], cw[0][1]), pack_bf16(cw[0][2], cw[0][3]),
+                                    pack_bf16(cw[1][0], cw[1][1]), pack_bf16(cw[1][2], cw[1][3])};
+            const uint32_t ou[4] = {pack_bf16(cu[0][0], cu[0][1]), pack_bf16(cu[0][2], cu[0][3]),
+                                    pack_bf16(cu[1][0], cu[1][1]), pack_bf16(cu[1][2], cu[1][3])};
+            store_tile(st0, ow, a.w + tile * D + np * 16, D, lane);
+            store_tile(st1, ou, a.u + tile * D + np * 16, D, lane);
         }
     }
 }
