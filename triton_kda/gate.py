@@ -89,13 +89,22 @@ def _gate_input_of(b_g, A_log, dt_bias, i_hv, i_k, K: tl.constexpr, BK: tl.const
 def _gate_cumsum_of(b_g, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K: tl.constexpr, BK: tl.constexpr,
                     GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, EXACT_SCAN: tl.constexpr):
     """Inclusive in-chunk cumsum (log2 units) of the activated gate from the raw gate tile b_g of K slice i_k:
-    [BT, BK] fp32, zero past the sequence end and past K (so the last row holds the last valid token's value).
+    [BT, BK], zero past the sequence end and past K (so the last row holds the last valid token's value); fp32, or
+    fp64 with EXACT_SCAN.
 
-    EXACT_SCAN (fp32 inputs) sums and scales in fp64 and rounds once: each G_i is its exact value to half an ulp, and
-    G_i - G_j for nearby tokens is right to about an ulp of |G|, as the decays 2^(G_i - G_j) need for fp32's 1e-5
-    tolerances at large |G|. An fp32 tl.cumsum on a GPU adds in a tree that follows the tile's layout, so nearby
-    prefix sums carry independent errors of several ulps (2026-11-22 at 7bc5e02: dk 3.3e-5 with the strong-decay gate
-    on an H200, where the interpreter's sequential fp32 sum passes).
+    EXACT_SCAN (fp32 inputs) sums and scales in fp64 and returns G in fp64, each G_i exact to fp64's rounding. The
+    forward kernels round it to fp32 once; the gate cumsum the backward reads (`gate_cumsum`) keeps it in fp64, and
+    the chunk-local backward takes the exponent of each decay 2^(G_i - G_j) as an fp64 difference rounded once
+    (`_exp2_gate`), right to an ulp of |G_i - G_j| rather than of |G|. G rounded to fp32 there put an ulp of |G| into
+    every exponent: at |G| of 100-300 log2 units (strong decays late in a chunk) 1e-5 relative error in each decay,
+    which the gate gradient of a strongly decaying row, a sum of decayed terms with no undecayed one, keeps in full
+    (2026-11-28, interpreter, K = V = 32, T64, two seeds: fp32 dg of the unsaturated lower-bound regime 3.6e-6 /
+    4.3e-6 with G in fp32, 5.1e-7 / 6.1e-7 with fp64 G in the backward, and 4.6e-6 / 5.3e-6 from fp32 G alone in the
+    fp64 oracle). fp64 G in the forward kernels too gained dg little more (4.8e-7 / 5.9e-7) and cost the H200 fp32
+    fwd+bwd at B2 T8192 H32 x1.12 (docs/benchmarks/runs/2026-11-28_dalog). An fp32 tl.cumsum on a GPU adds in a tree
+    that follows the tile's layout, so nearby prefix sums carry independent errors of several ulps besides
+    (2026-11-22 at 7bc5e02: dk 3.3e-5 with the strong-decay gate on an H200, where the interpreter's sequential fp32
+    sum passes).
     """
     m_k = i_k * BK + tl.arange(0, BK) < K
     b_x, a = _gate_input_of(b_g, A_log, dt_bias, i_hv, i_k, K, BK, HAS_A_LOG, HAS_DT_BIAS)
@@ -103,10 +112,17 @@ def _gate_cumsum_of(b_g, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K: tl.cons
         b_x = kda_gate_act(b_x, a, lower_bound, GATE)
     b_x = tl.where(m_t[:, None] & m_k[None, :], b_x, 0.0)
     if EXACT_SCAN:
-        b_G = (tl.cumsum(b_x.to(tl.float64), axis=0) * LOG2E).to(tl.float32)
+        b_G = tl.cumsum(b_x.to(tl.float64), axis=0) * LOG2E
     else:
         b_G = tl.cumsum(b_x, axis=0) * LOG2E
     return b_G
+
+
+@triton.jit
+def _exp2_gate(x):
+    """2^x in fp32 for an expression x of gate cumsums (fp64 where `_gate_cumsum_of` keeps them so: the exponent is
+    rounded once, after the difference)."""
+    return tl.exp2(x.to(tl.float32))
 
 
 @triton.jit
@@ -126,13 +142,13 @@ def _kda_gate_cumsum_fwd_kernel(
 ):
     """The gate cumsum G the backward reads, as the intra forward computes it: one program per (chunk, v-head, K slice).
         G_i = log2(e) sum_{j <= i in the chunk} gate_j
-    g [TT, HV, K] (raw); writes Gc [TT, HV, K] fp32."""
+    g [TT, HV, K] (raw); writes Gc [TT, HV, K] fp32 (fp64 under PREC "tf32x3": fp32 inputs, `gate_cumsum_dtype`)."""
     i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
     b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE, HAS_A_LOG,
                        HAS_DT_BIAS, PREC == "tf32x3")
     p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    tl.store(p_G, b_G, boundary_check=(0, 1))
+    tl.store(p_G, b_G.to(p_G.dtype.element_ty), boundary_check=(0, 1))
 
 
 @triton.jit
@@ -191,13 +207,20 @@ def _kda_gate_bwd_kernel(
     tl.store(p_dg, b_dg.to(p_dg.dtype.element_ty), boundary_check=(0, 1))
 
 
+def gate_cumsum_dtype(prec: str) -> torch.dtype:
+    """The dtype of the gate cumsum Gc for a forward of precision `prec`: fp64 under "tf32x3" (fp32 inputs, whose
+    kernels keep G in fp64, `_gate_cumsum_of`), else fp32."""
+    return torch.float64 if prec == "tf32x3" else torch.float32
+
+
 def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: float | None, prec: str) -> torch.Tensor:
-    """Launch `_kda_gate_cumsum_fwd_kernel` on the (NT, HV, NK) grid: Gc [TT, HV, K] fp32 from g [TT, HV, K] (raw,
-    contiguous); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; prec: the forward's."""
+    """Launch `_kda_gate_cumsum_fwd_kernel` on the (NT, HV, NK) grid: Gc [TT, HV, K] in `gate_cumsum_dtype(prec)`
+    from g [TT, HV, K] (raw, contiguous); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; prec: the
+    forward's."""
     TT, HV, K = g.shape
     cfg = gate_bwd_config(arch_of(g.device), K)
     has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
-    Gc = torch.empty(TT, HV, K, device=g.device, dtype=torch.float32)
+    Gc = torch.empty(TT, HV, K, device=g.device, dtype=gate_cumsum_dtype(prec))
     launch_kernel(_kda_gate_cumsum_fwd_kernel, (plan.NT, HV, cdiv(K, cfg.BK)),
         g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, Gc, plan.cu_seqlens, plan.chunk_indices,
         lower_bound if lower_bound is not None else 0.0,

@@ -9,7 +9,7 @@ import triton.language as tl
 
 from triton_kda._jit import _chunk_rows, _dot, _dot_split, _op, _pow2_scale, _split_operand, _state_offsets, _store_pair
 from triton_kda.configs import arch_of, fp32_pairs, precision_of, wy_bwd_config, wy_fwd_config
-from triton_kda.gate import _gate_cumsum, gate_mode
+from triton_kda.gate import _exp2_gate, _gate_cumsum, gate_mode
 from triton_kda.launch import launch_kernel
 
 
@@ -65,7 +65,7 @@ def _kda_wy_fwd_kernel(
         p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE,
-                           HAS_A_LOG, HAS_DT_BIAS, PREC == "tf32x3")
+                           HAS_A_LOG, HAS_DT_BIAS, PREC == "tf32x3").to(tl.float32)
         b_Gl = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_G, 0.0), 0)
         tl.store(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, b_Gl, mask=o_k < K)
         b_eG = tl.exp2(b_G)
@@ -207,7 +207,7 @@ def _kda_wy_bwd_kernel(
                 p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
                                         (1, 0))
                 b_kb = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rkb[:, None]
-                b_kb *= tl.exp2(tl.load(p_G, boundary_check=(0, 1)))
+                b_kb *= _exp2_gate(tl.load(p_G, boundary_check=(0, 1)))
                 b_S = tl.load(h + p_state + off_h, mask=(o_k < K)[:, None] & (o_v < V)[None, :], other=0.0)
                 b_S = b_S.to(tl.float32)
                 b_P += _dot(b_kb, b_S, None, PREC)
