@@ -1,11 +1,13 @@
 """Comparison metrics and input factories shared by the tests and the installed `kda-check` command.
 
-- `rel_rmse`, `max_abs`: the error measures every check reports (computed in fp64).
+- `rel_rmse`, `max_abs`: the error measures every check reports (computed in fp64); `rel_to_terms` the one kda-check
+  judges the gate parameters' summed gradients by.
 - `make_inputs`: a seeded kwargs dict for `chunk_kda(**d)`, `kda_recurrent(**d)` and `kda_chunk(**d)`.
 - `case_id`: a readable id for a parameter set, e.g. `B2-T130-H2-HV4-K64-V32-fp32`.
 - `GATE_REGIMES`, `LAYOUTS`, `regime_inputs`: the in-kernel gate's input regimes, the sweep over which tests, kda-check
   and `benchmarks.gate_regimes` hold our errors against fla's.
-- `pooled_errors`: every output and gradient of chunk_kda-like functions against the fp64 oracle, pooled over cases.
+- `pooled_errors` (`case_errors`, then `pool`): every output and gradient of chunk_kda-like functions against the fp64
+  oracle, pooled over cases; `ratio_spread`: the seed-to-seed spread of a pooled ratio of two functions' errors.
 """
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-__all__ = ["GATE_MODES", "GATE_REGIMES", "LAYOUTS", "case_id", "cotangents", "environ", "make_inputs", "max_abs",
-           "oracle_case", "pooled_errors", "regime_inputs", "rel_rmse", "run_case"]
+__all__ = ["GATE_MODES", "GATE_REGIMES", "LAYOUTS", "case_errors", "case_id", "cotangents", "environ", "make_inputs",
+           "max_abs", "oracle_case", "oracle_case_and_terms", "pool", "pooled_errors", "ratio_spread", "regime_inputs",
+           "rel_rmse", "rel_to_terms", "run_case"]
 
 GATE_MODES = ("logsigmoid", "safe", "strong", "raw", "unsaturated", "masked")
 _RAW_MODES = ("raw", "unsaturated", "masked")
@@ -35,6 +38,16 @@ def rel_rmse(a: torch.Tensor, ref: torch.Tensor) -> float:
     a, ref = _pair(a, ref)
     err = torch.linalg.vector_norm(a - ref).item()
     norm = torch.linalg.vector_norm(ref).item()
+    return err / norm if norm > 0 else err
+
+
+def rel_to_terms(a: torch.Tensor, ref: torch.Tensor, terms: torch.Tensor) -> float:
+    """`||a - ref|| / ||terms||` in fp64, for a gradient that sums many terms (dA_log, ddt_bias): `terms` the oracle's
+    sum of |terms| per element (`reference.kda.kda_gate_terms`), the scale numerical analysis bounds a sum's rounding
+    by. Unlike `rel_rmse` it does not grow with how much the terms cancel. Shapes must match."""
+    a, ref = _pair(a, ref)
+    norm = torch.linalg.vector_norm(terms.detach().to(torch.float64)).item()
+    err = torch.linalg.vector_norm(a - ref).item()
     return err / norm if norm > 0 else err
 
 
@@ -284,12 +297,22 @@ def run_case(fn: Callable, d: dict, do: torch.Tensor, dht: torch.Tensor | None) 
 
 def oracle_case(d: dict, do: torch.Tensor, dht: torch.Tensor | None) -> dict:
     """`run_case` of the fp64 recurrent oracle on fp64 copies of the case's leaves."""
-    from reference.kda import kda_recurrent
+    return oracle_case_and_terms(d, do, dht)[0]
+
+
+def oracle_case_and_terms(d: dict, do: torch.Tensor, dht: torch.Tensor | None) -> tuple[dict, dict]:
+    """(`oracle_case`, the oracle's sums of |terms| of the A_log and dt_bias gradients, `kda_gate_terms`, keyed by
+    leaf name; empty without the in-kernel gate)."""
+    from reference.kda import kda_gate_terms, kda_recurrent_gated
 
     ref = {k: v for k, v in d.items() if k not in ("safe_gate", "cu_seqlens_cpu")}
     leaves = {n: t.double().requires_grad_(True) for n, t in _leaves(d).items()}
-    o, ht = kda_recurrent(**{**ref, **leaves})
-    return _outputs_and_grads(o, ht, leaves, do, dht)
+    o, ht, gate = kda_recurrent_gated(**{**ref, **leaves})
+    if gate is None:
+        return _outputs_and_grads(o, ht, leaves, do, dht), {}
+    got = _outputs_and_grads(o, ht, {**leaves, "gate": gate}, do, dht)
+    dgate = got.pop("gate")
+    return got, kda_gate_terms(dgate, leaves["g"], leaves.get("A_log"), leaves.get("dt_bias"), d.get("lower_bound"))
 
 
 def cotangents(d: dict, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -324,20 +347,61 @@ def environ(pairs: dict[str, str | None]) -> Iterator[None]:
         _put_env(saved)
 
 
-def pooled_errors(cases: list[dict], fns: dict[str, Callable | None],
-                  envs: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, float]]:
-    """{name: {tensor: relative RMSE}} of each function in `fns` (None entries skipped) against the fp64 oracle on
-    every output and gradient, pooled over `cases` (sum of squared errors over sum of squared references: one seed's
-    few elements of dA_log are too noisy to rank two kernels). Case i gets `cotangents(case, i)`. `envs[name]`:
-    environment variables set while that function runs forward and backward (say, a backend switch)."""
-    acc = {name: {} for name, fn in fns.items() if fn is not None}
+def case_errors(cases: list[dict], fns: dict[str, Callable | None], envs: dict[str, dict[str, str]] | None = None,
+                *, by_terms: bool = False) -> list[dict[str, dict[str, tuple[float, float]]]]:
+    """Per case, {name: {tensor: (sum of squared errors, sum of squared references)}} of each function in `fns`
+    (None entries skipped) against the fp64 oracle on every output and gradient. Case i gets `cotangents(case, i)`.
+    `envs[name]`: environment variables set while that function runs forward and backward (say, a backend switch).
+    by_terms: the A_log and dt_bias gradients' references are the oracle's sums of |terms| instead (`rel_to_terms`:
+    their pooled errors then do not swing with how much a draw's terms cancel)."""
+    names = [name for name, fn in fns.items() if fn is not None]
+    out = []
     for i, d in enumerate(cases):
         do, dht = cotangents(d, i)
-        ref = oracle_case(d, do, dht)
-        for name in acc:
+        ref, terms = oracle_case_and_terms(d, do, dht)
+        scale = {n: terms[n] if by_terms and n in terms else r for n, r in ref.items()}
+        sums = {}
+        for name in names:
             with environ((envs or {}).get(name, {})):
                 got = run_case(fns[name], d, do, dht)
-            for n, r in ref.items():
-                e0, r0 = acc[name].get(n, (0.0, 0.0))
-                acc[name][n] = (e0 + float((got[n].double() - r).square().sum()), r0 + float(r.square().sum()))
+            sums[name] = {n: (float((got[n].double() - r).square().sum()), float(scale[n].square().sum()))
+                          for n, r in ref.items()}
+        out.append(sums)
+    return out
+
+
+def pool(per_case: list[dict[str, dict[str, tuple[float, float]]]]) -> dict[str, dict[str, float]]:
+    """{name: {tensor: relative RMSE}} pooled over `case_errors`' cases: the square root of the summed squared errors
+    over the summed squared references."""
+    acc: dict[str, dict[str, tuple[float, float]]] = {}
+    for sums in per_case:
+        for name, by in sums.items():
+            for n, (e, r) in by.items():
+                e0, r0 = acc.setdefault(name, {}).get(n, (0.0, 0.0))
+                acc[name][n] = (e0 + e, r0 + r)
     return {name: {n: (e / r) ** 0.5 if r > 0 else e ** 0.5 for n, (e, r) in a.items()} for name, a in acc.items()}
+
+
+def pooled_errors(cases: list[dict], fns: dict[str, Callable | None],
+                  envs: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, float]]:
+    """`pool(case_errors(cases, fns, envs))`: every output and gradient's relative RMSE pooled over `cases` (one
+    seed's few elements of dA_log are too noisy to rank two kernels)."""
+    return pool(case_errors(cases, fns, envs))
+
+
+def ratio_spread(per_case: list[dict[str, dict[str, tuple[float, float]]]], ours: str, theirs: str,
+                 tensor: str) -> float:
+    """The seed-to-seed spread of the pooled error ratio `ours` / `theirs` on `tensor`: its jackknife standard error
+    over `case_errors`' cases (each left out in turn), relative to the ratio. 0 with fewer than two cases."""
+    n = len(per_case)
+    if n < 2:
+        return 0.0
+
+    def ratio(cases):
+        pooled = pool(cases)
+        return pooled[ours][tensor] / pooled[theirs][tensor]
+
+    full = ratio(per_case)
+    loo = [ratio(per_case[:i] + per_case[i + 1:]) for i in range(n)]
+    mean = sum(loo) / n
+    return ((n - 1) / n * sum((x - mean) ** 2 for x in loo)) ** 0.5 / full

@@ -23,7 +23,9 @@ __all__ = [
     "kda_beta_ref",
     "kda_chunk",
     "kda_gate_ref",
+    "kda_gate_terms",
     "kda_recurrent",
+    "kda_recurrent_gated",
     "l2norm_ref",
 ]
 
@@ -73,6 +75,39 @@ def kda_gate_ref(
     if A_log is not None:
         x = torch.exp(A_log.to(F64)).reshape(HV, 1) * x
     return lower_bound * torch.sigmoid(x)
+
+
+def kda_gate_terms(
+    dgate: torch.Tensor,
+    g: torch.Tensor,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    lower_bound: float | None = None,
+) -> dict[str, torch.Tensor]:
+    """The sums of |terms| of the gate parameters' gradients, each shaped like its parameter, fp64.
+
+    dgate: `[..., HV, K]` gradient of the activated gate (`kda_gate_ref`'s output); g, A_log, dt_bias, lower_bound as
+    there. dA_log[h] sums dgate * d gate / d A_log[h] over every element of head h, ddt_bias[h, k] sums
+    dgate * d gate / d dt_bias[h, k] over tokens: {"A_log": sum of |those terms| per head, "dt_bias": per (h, k)}, for
+    the parameters given. A sum of n terms computed with relative error e per term is off by at most e times this
+    (and by about e / sqrt(n) times it for independent errors), however much the terms cancel.
+    """
+    HV, K = g.shape[-2:]
+    params = {"A_log": A_log, "dt_bias": dt_bias}
+    out = {}
+    for name, p in params.items():
+        if p is None:
+            continue
+        x = p.detach().to(F64)
+
+        def gate_of(y: torch.Tensor, name=name) -> torch.Tensor:
+            return kda_gate_ref(g.detach(), **{**params, name: y}, lower_bound=lower_bound)
+
+        # every element of the gate depends on one element of the parameter: a JVP with ones gives d gate / d p
+        _, dp = torch.func.jvp(gate_of, (x,), (torch.ones_like(x),))
+        terms = (dgate.detach().to(F64) * dp).abs().reshape(-1, HV, K)
+        out[name] = (terms.sum((0, 2)) if name == "A_log" else terms.sum(0)).reshape(p.shape)
+    return out
 
 
 def kda_beta_ref(beta: torch.Tensor, allow_neg_eigval: bool = False) -> torch.Tensor:
@@ -282,6 +317,16 @@ def kda_recurrent(
     B, T, HV, V = v.shape
     o = torch.stack(outs, 1)[p.valid] if outs else p.v.new_zeros(0, HV, V)
     return o.reshape(B, T, HV, V), _final(S, output_final_state, state_v_first)
+
+
+def kda_recurrent_gated(**kwargs) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """`kda_recurrent(**kwargs)` with the in-kernel gate activated outside the recurrence (by the same
+    `kda_gate_ref`): (o, final_state, gate), gate the activated log-decay `[B, T, HV, K]` fp64 in the autograd graph
+    (its gradient is dgate, what `kda_gate_terms` takes), or None without use_gate_in_kernel."""
+    if not kwargs.get("use_gate_in_kernel"):
+        return (*kda_recurrent(**kwargs), None)
+    gate = kda_gate_ref(kwargs["g"], kwargs.get("A_log"), kwargs.get("dt_bias"), kwargs.get("lower_bound"))
+    return (*kda_recurrent(**{**kwargs, "g": gate, "use_gate_in_kernel": False}), gate)
 
 
 def kda_chunk(

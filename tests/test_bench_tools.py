@@ -59,7 +59,7 @@ def test_ab_child_rows_are_parsed(monkeypatch, tmp_path):
 def test_gate_regimes_parser_and_fla_without_cuda(monkeypatch, capsys):
     args = gate_regimes.build_parser().parse_args(["--regimes", "all", "--layouts", "heads", "--dtypes", "bf16"])
     assert args.regimes == ["saturated", "unsaturated", "softplus", "masked"] and args.layouts == ["heads"]
-    assert args.backwards == ["default", "triton_bwd"] and args.seeds == 4
+    assert args.backwards == ["default", "triton_bwd"] and args.seeds == 8
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gate_regimes.main(["--regimes", "masked"]) == 2
     assert "--no-fla" in capsys.readouterr().err
@@ -68,14 +68,14 @@ def test_gate_regimes_parser_and_fla_without_cuda(monkeypatch, capsys):
 def test_gate_regimes_render_marks_rows_worse_than_fla():
     e = dict.fromkeys(gate_regimes.TENSORS, 1e-3)
     rows = [dict(regime="unsaturated", layout="heads", dtype="bf16", impl="default", served="sm90_bwd", errors=e,
-                 worst_vs_fla=0.9),
+                 worst_vs_fla=0.9, worst_tensor="g", spread=0.012),
             dict(regime="unsaturated", layout="heads", dtype="bf16", impl="triton_bwd", served="triton", errors=e,
-                 worst_vs_fla=1.2),
+                 worst_vs_fla=1.2, worst_tensor="A_log", spread=0.03),
             dict(regime="unsaturated", layout="heads", dtype="bf16", impl="fla", served="", errors=e,
-                 worst_vs_fla=None)]
+                 worst_vs_fla=None, worst_tensor=None, spread=None)]
     lines = gate_regimes.render(rows)
     assert lines[2].startswith("| unsaturated | heads | bf16 | default (sm90_bwd) | 1.00e-03 |")
-    assert lines[2].endswith("| 0.900 |") and lines[4].endswith("| - |")
+    assert lines[2].endswith("| 0.900 (g, spread 1.2%) |") and lines[4].endswith("| - |")
     assert lines[-1] == ("summary: 1 of 2 rows of ours at or below fla's error on every tensor; worse: "
                          "unsaturated/heads/bf16/triton_bwd x1.200")
 

@@ -35,8 +35,10 @@ from triton_kda.specs import compile_specs
 NAN = math.nan
 
 
-def _row(config="cfg", backend="triton", tensor="o", rel=1e-6, mx=2e-6, thr=1e-5, passed=None, info=False, reason=""):
-    return Row(config, backend, tensor, rel, mx, thr, rel <= thr if passed is None else passed, info, reason)
+def _row(config="cfg", backend="triton", tensor="o", rel=1e-6, mx=2e-6, thr=1e-5, passed=None, info=False, reason="",
+         terms=None):
+    judged = rel if terms is None else terms
+    return Row(config, backend, tensor, rel, mx, thr, judged <= thr if passed is None else passed, info, reason, terms)
 
 
 # ---------------------------------------------------------------- thresholds
@@ -106,8 +108,8 @@ def test_table_columns_status_and_render():
         _row(backend="fla", tensor="o", rel=3e-5, info=True),
     ]
     df = build_table(rows)
-    assert list(df.columns) == ["config", "backend", "tensor", "rel_rmse", "max_abs", "threshold", "passed",
-                                "informational", "status", "reason"]
+    assert list(df.columns) == ["config", "backend", "tensor", "rel_rmse", "rel_terms", "max_abs", "threshold",
+                                "passed", "informational", "status", "reason"]
     assert list(df["status"]) == ["pass", "FAIL", "fail (info)"]
     text = render(df)
     assert "backward not implemented" in text and "1.00e-06" in text and " - " in text
@@ -123,11 +125,25 @@ def test_vs_fla_column_flags_tensors_less_exact_than_fla():
     ]
     df = compare_with_fla(build_table(rows))
     assert list(df["vs_fla"]) == ["2.00 worse", "0.50", "4.00 worse", "-", "-", "-"]
-    assert list(df["fla_rel_rmse"].fillna(-1)) == [1e-3, 2e-3, 1e-3, -1, -1, -1]
+    assert list(df["fla_error"].fillna(-1)) == [1e-3, 2e-3, 1e-3, -1, -1, -1]
     assert list(df["status"]) == ["pass"] * 4 + ["pass (info)"] * 2  # informational: no row fails for it
     assert [(r.backend, r.tensor) for r in worse_than_fla(df).itertuples()] == [("triton", "o"), ("sm90", "o")]
     assert render(df).splitlines()[-1] == "6 rows: 0 failing the run, 2 tensors less exact than fla"
     assert "vs_fla" not in compare_with_fla(build_table(rows[:4]))
+
+
+def test_vs_fla_holds_like_against_like():
+    """Chunk backends against fla's chunk_kda, recurrent ones against its fused_recurrent_kda; the summed gradients
+    (dA_log, ddt_bias) by their judged error, rel_terms, on both sides."""
+    rows = [
+        _row(tensor="final_state", rel=3e-3, thr=5e-3), _row(backend="recurrent", tensor="final_state", rel=2e-7),
+        _row(backend="fla_recurrent", tensor="final_state", rel=1e-7, info=True),
+        _row(tensor="dA_log", rel=8e-3, thr=1e-2, terms=1e-4),
+        _row(backend="fla", tensor="dA_log", rel=4e-3, thr=1e-2, terms=2e-4, info=True),
+    ]
+    df = compare_with_fla(build_table(rows))
+    assert list(df["vs_fla"]) == ["-", "2.00 worse", "-", "0.50", "-"]
+    assert list(df["fla_error"].fillna(-1)) == [-1, 1e-7, -1, 2e-4, -1]
 
 
 def test_build_table_rejects_empty():
@@ -487,6 +503,40 @@ def test_runner_passes_the_oracle_itself():
     for r in rows:
         assert r.passed and r.rel_rmse < 1e-6 and r.reason == "", r
         assert r.config == _GVA_VARLEN_H0.id and r.threshold == 1e-5
+
+
+_SUMMED = ("dA_log", "ddt_bias")
+_TERMS_CASES = [CheckConfig(1, 40, 1, 1, 16, 16, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True),
+                CheckConfig(1, 70, 1, 2, 16, 16, gate="unsaturated", use_qk_l2norm_in_kernel=True,
+                            use_gate_in_kernel=True, lower_bound=-5.0, safe_gate=True)]
+
+
+@pytest.mark.parametrize("config", _TERMS_CASES, ids=[c.id for c in _TERMS_CASES])
+def test_summed_gradients_are_judged_against_their_terms_and_a_worse_reduction_fails(config, monkeypatch):
+    """dA_log and ddt_bias are judged by rel_terms (error over the oracle's sum of |terms|), identically for every
+    backend: our Triton backward passes with 3x headroom, and the same backward with its per-chunk partial sums rounded
+    to bf16 before the final sum (a reduction made worse, the terms unchanged) fails, its error at least 4x ours."""
+    import triton_kda.chunk_bwd as chunk_bwd
+
+    triton = [b for b in available_backends(torch.device("cpu")) if b.name == "triton"]
+    rows = {r.tensor: r for r in check_config(config, triton, torch.device("cpu"))}
+    for t in _SUMMED:
+        assert rows[t].passed and rows[t].rel_terms <= rows[t].threshold / 3, rows[t]
+        assert rows[t].rel_terms <= rows[t].rel_rmse  # the sum of |terms| is at least |the sum|
+    assert all(r.rel_terms is None for t, r in rows.items() if t not in _SUMMED)
+
+    intra_bwd = chunk_bwd.intra_bwd
+
+    def bf16_partials(*args, **kwargs):
+        out = intra_bwd(*args, **kwargs)
+        return out._replace(dA_log_part=out.dA_log_part.bfloat16().float(),
+                            ddt_bias_part=out.ddt_bias_part.bfloat16().float())
+
+    monkeypatch.setattr(chunk_bwd, "intra_bwd", bf16_partials)
+    worse = {r.tensor: r for r in check_config(config, triton, torch.device("cpu"))}
+    for t in _SUMMED:
+        assert not worse[t].passed and worse[t].rel_terms >= 4 * rows[t].rel_terms, (worse[t], rows[t])
+    assert worse["dg"].rel_rmse == rows["dg"].rel_rmse  # the terms themselves unchanged
 
 
 def test_runner_reports_failures():

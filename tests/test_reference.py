@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from reference.kda import kda_beta_ref, kda_chunk, kda_gate_ref, kda_recurrent, l2norm_ref
+from reference import harness
+from reference.kda import kda_beta_ref, kda_chunk, kda_gate_ref, kda_gate_terms, kda_recurrent, l2norm_ref
 from tests.utils import DEVICE, assert_close, case_id, make_inputs, max_abs, rel_rmse
 
 F64 = torch.float64
@@ -84,6 +85,28 @@ def test_gates_match_fla_naive():
         assert_close(f"lower-bound gate A_log={A is not None}",
                      naive_kda_lowerbound_gate(g, A, dt_bias, lower_bound=-2.5), ours, 1e-6)
         assert ((ours >= -2.5) & (ours <= 0)).all()
+
+
+@pytest.mark.parametrize("lower_bound", [None, -5.0], ids=["softplus", "lower_bound"])
+def test_gate_terms_sum_to_the_gradients_where_they_share_a_sign(lower_bound):
+    """kda_gate_terms: with dgate > 0 and g + dt_bias > 0 every term of dA_log and of ddt_bias is negative, so the sums
+    of |terms| are minus autograd's gradients; with dgate of both signs they exceed the gradients' magnitudes."""
+    gen = torch.Generator().manual_seed(3)
+    g = torch.rand(2, 7, 3, 4, generator=gen, dtype=F64) + 0.1
+    A_log = torch.randn(3, generator=gen, dtype=F64).requires_grad_(True)
+    dt_bias = (0.1 * torch.rand(12, generator=gen, dtype=F64)).requires_grad_(True)
+    gate = kda_gate_ref(g, A_log, dt_bias, lower_bound)
+    for dgate, same_sign in ((torch.rand(g.shape, generator=gen, dtype=F64), True),
+                             (torch.randn(g.shape, generator=gen, dtype=F64), False)):
+        dA, ddt = torch.autograd.grad(gate, [A_log, dt_bias], dgate, retain_graph=True)
+        terms = kda_gate_terms(dgate, g, A_log, dt_bias, lower_bound)
+        assert terms["A_log"].shape == A_log.shape and terms["dt_bias"].shape == dt_bias.shape
+        if same_sign:
+            assert_close("dA_log terms", terms["A_log"], -dA, 1e-12)
+            assert_close("ddt_bias terms", terms["dt_bias"], -ddt, 1e-12)
+        else:
+            assert (terms["A_log"] > dA.abs()).all() and (terms["dt_bias"] > ddt.abs()).all()
+    assert set(kda_gate_terms(dgate, g, None, dt_bias, -5.0)) == {"dt_bias"}
 
 
 def test_softplus_gate_is_exact_in_the_tails():
@@ -446,3 +469,17 @@ def test_case_id():
     assert (case_id(seqlens=[0, 37], gate="strong", use_qk_l2norm_in_kernel=True, state_v_first=False,
                     lower_bound=-5.0, chunk_size=32, dtype=torch.bfloat16)
             == "seqlens=0,37-strong-l2norm-lb-5.0-BT32-bf16")
+
+
+def test_pool_and_ratio_spread():
+    """`pool` sums squared errors and references over cases; `ratio_spread` is the jackknife standard error of the
+    pooled ratio, relative to it: 0 for identical cases, and for ratios 1 and 3 on equal references the pooled ratio
+    sqrt(5) moves to 3 or 1 as either case is left out: a standard error of sqrt(1/2 (1 + 1)) = 1, 1 / sqrt(5)."""
+    case = lambda e_ours, e_fla: {"ours": {"dA_log": (e_ours, 1.0)}, "fla": {"dA_log": (e_fla, 1.0)}}
+    same = [case(4.0, 1.0)] * 3
+    assert harness.pool(same) == {"ours": {"dA_log": 2.0}, "fla": {"dA_log": 1.0}}
+    assert harness.ratio_spread(same, "ours", "fla", "dA_log") == 0.0
+    assert harness.ratio_spread(same[:1], "ours", "fla", "dA_log") == 0.0
+    two = [case(1.0, 1.0), case(9.0, 1.0)]
+    assert math.isclose(harness.pool(two)["ours"]["dA_log"], math.sqrt(5.0))
+    assert math.isclose(harness.ratio_spread(two, "ours", "fla", "dA_log"), 1 / math.sqrt(5.0))

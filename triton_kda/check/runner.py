@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from reference.harness import environ, make_inputs, max_abs, rel_rmse
-from reference.kda import kda_recurrent
+from reference.harness import environ, make_inputs, max_abs, rel_rmse, rel_to_terms
+from reference.kda import kda_gate_terms, kda_recurrent_gated
 from triton_kda import chunk_kda, fused_recurrent_kda
 from triton_kda.backends import ENV_VAR as BACKEND_ENV_VAR
 from triton_kda.backends import BackendDeclined, cuda_capability, registered
@@ -76,7 +76,9 @@ class Backend:
 @dataclass(frozen=True)
 class Row:
     """One compared tensor: errors of `backend` on `config` (a CheckConfig id) against the fp64 oracle.
-    rel_rmse and max_abs are NaN when nothing could be compared; then `reason` says why."""
+    rel_rmse and max_abs are NaN when nothing could be compared; then `reason` says why. rel_terms (dA_log and
+    ddt_bias, sums of many terms per element; else None): the error over the oracle's sum of |terms|
+    (`rel_to_terms`), which `threshold` judges there instead of rel_rmse."""
 
     config: str
     backend: str
@@ -87,6 +89,7 @@ class Row:
     passed: bool
     informational: bool = False
     reason: str = ""
+    rel_terms: float | None = None
 
 
 def is_decode(config: CheckConfig) -> bool:
@@ -191,7 +194,9 @@ def failed_rows(config: CheckConfig, backend: Backend, tensors: list[str], reaso
                 backend.informational, reason) for t in tensors]
 
 
-def _compare(config: CheckConfig, backend: Backend, tensor: str, actual, ref: torch.Tensor) -> Row:
+def _compare(config: CheckConfig, backend: Backend, tensor: str, actual, ref: torch.Tensor,
+             terms: torch.Tensor | None = None) -> Row:
+    """The row of `tensor`; `terms`: the oracle's sum of |terms| of dA_log or ddt_bias (then judged by it)."""
     thr = threshold(tensor, config.dtype)
 
     def failed(reason: str) -> Row:
@@ -206,9 +211,10 @@ def _compare(config: CheckConfig, backend: Backend, tensor: str, actual, ref: to
     if bad:
         return failed(f"{bad} non-finite values (NaN/Inf)")
     rel, mx = float(rel_rmse(actual, ref)), float(max_abs(actual, ref))
-    passed = rel <= thr
+    rt = float(rel_to_terms(actual, ref, terms)) if terms is not None else None
+    passed = (rel if terms is None else rt) <= thr
     return Row(config.id, backend.name, tensor, rel, mx, thr, passed, backend.informational,
-               "" if passed else "above threshold")
+               "" if passed else "above threshold", rt)
 
 
 def upstream_grads(config: CheckConfig, refs: dict[str, torch.Tensor], device: torch.device) -> list[torch.Tensor]:
@@ -228,20 +234,24 @@ def check_config(config: CheckConfig, backends: list[Backend], device: torch.dev
     grad_inputs = [n for n in GRAD_NAMES if isinstance(kwargs.get(n), torch.Tensor) and kwargs[n].is_floating_point()]
 
     ref_kwargs = _leaves(kwargs, grad_inputs, torch.float64, backward)
-    o_ref, ht_ref = kda_recurrent(**ref_kwargs)
+    o_ref, ht_ref, gate = kda_recurrent_gated(**ref_kwargs)
     refs = {"o": o_ref} | ({"final_state": ht_ref} if ht_ref is not None else {})
-    upstream = None
+    upstream, terms = None, {}
     if backward:
         upstream = upstream_grads(config, refs, device)
-        ref_grads = torch.autograd.grad(list(refs.values()), [ref_kwargs[n] for n in grad_inputs], upstream,
-                                        allow_unused=True)
-        for n, gr in zip(grad_inputs, ref_grads, strict=True):
+        wrt = [ref_kwargs[n] for n in grad_inputs] + ([gate] if gate is not None else [])
+        ref_grads = torch.autograd.grad(list(refs.values()), wrt, upstream, allow_unused=True)
+        for n, gr in zip(grad_inputs, ref_grads[:len(grad_inputs)], strict=True):
             refs[GRAD_NAMES[n]] = gr if gr is not None else torch.zeros_like(ref_kwargs[n])
+        if gate is not None:
+            sums = kda_gate_terms(ref_grads[-1], ref_kwargs["g"], ref_kwargs.get("A_log"), ref_kwargs.get("dt_bias"),
+                                  config.lower_bound)
+            terms = {GRAD_NAMES[n]: t for n, t in sums.items()}
 
     rows = []
     for backend in backends:
         if backend.only is None or backend.only(config):
-            rows += _check_backend(config, backend, kwargs, grad_inputs, refs, upstream)
+            rows += _check_backend(config, backend, kwargs, grad_inputs, refs, upstream, terms)
     return rows
 
 
@@ -252,13 +262,15 @@ def _raised(stage: str, e: Exception) -> str:
 
 
 def _check_backend(config: CheckConfig, backend: Backend, kwargs: dict, grad_inputs: list[str],
-                   refs: dict[str, torch.Tensor], upstream: list[torch.Tensor] | None) -> list[Row]:
+                   refs: dict[str, torch.Tensor], upstream: list[torch.Tensor] | None,
+                   terms: dict[str, torch.Tensor]) -> list[Row]:
     with environ(dict(backend.env)):
-        return _run_backend(config, backend, kwargs, grad_inputs, refs, upstream)
+        return _run_backend(config, backend, kwargs, grad_inputs, refs, upstream, terms)
 
 
 def _run_backend(config: CheckConfig, backend: Backend, kwargs: dict, grad_inputs: list[str],
-                 refs: dict[str, torch.Tensor], upstream: list[torch.Tensor] | None) -> list[Row]:
+                 refs: dict[str, torch.Tensor], upstream: list[torch.Tensor] | None,
+                 terms: dict[str, torch.Tensor]) -> list[Row]:
     fwd_names = ["o", "final_state"][: 2 if "final_state" in refs else 1]
     bwd_names = [n for n in refs if n not in fwd_names]
 
@@ -290,6 +302,6 @@ def _run_backend(config: CheckConfig, backend: Backend, kwargs: dict, grad_input
     except Exception as e:  # as above: report it
         return rows + all_failed(bwd_names, _raised("backward", e))
     return rows + [
-        _compare(config, backend, GRAD_NAMES[n], gr, refs[GRAD_NAMES[n]])
+        _compare(config, backend, GRAD_NAMES[n], gr, refs[GRAD_NAMES[n]], terms.get(GRAD_NAMES[n]))
         for n, gr in zip(grad_inputs, grads, strict=True)
     ]

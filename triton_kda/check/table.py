@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["FLA_BACKENDS", "build_table", "compare_with_fla", "exit_code", "gating_failures", "render", "with_status",
-           "worse_than_fla", "write_outputs"]
+__all__ = ["FLA_BACKENDS", "build_table", "compare_with_fla", "exit_code", "gating_failures", "judged_error", "render",
+           "with_status", "worse_than_fla", "write_outputs"]
 
-_FLOAT_COLUMNS = ("rel_rmse", "max_abs", "threshold", "base_rel_rmse", "base_max_abs", "fla_rel_rmse")
-# fla's backends, in order of preference as the reference of a (config, tensor)
+_FLOAT_COLUMNS = ("rel_rmse", "rel_terms", "max_abs", "threshold", "base_rel_rmse", "base_max_abs", "fla_error")
+# fla's backends: its chunk_kda and its fused_recurrent_kda
 FLA_BACKENDS = ("fla", "fla_recurrent")
+# the fla backend a backend of ours is held against: recurrent ones against fla's fused_recurrent_kda, the chunk
+# backends (Triton, compiled) against fla's chunk_kda
+_FLA_PEER = {"recurrent": "fla_recurrent", "recurrent_pool": "fla_recurrent"}
 
 
 def _status(row: pd.Series) -> str:
@@ -30,6 +33,8 @@ def build_table(rows: list) -> pd.DataFrame:
     if not rows:
         raise ValueError("build_table: `rows` is empty: nothing was checked")
     df = pd.DataFrame([dataclasses.asdict(r) for r in rows])
+    if "rel_terms" in df:  # kda-check: the second error column beside the first
+        df.insert(df.columns.get_loc("rel_rmse") + 1, "rel_terms", df.pop("rel_terms"))
     return with_status(df)
 
 
@@ -43,23 +48,32 @@ def with_status(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def judged_error(df: pd.DataFrame) -> pd.Series:
+    """The error each row's threshold judges: rel_terms where a kda-check row has it (dA_log, ddt_bias), else
+    rel_rmse."""
+    if "rel_terms" not in df:
+        return df["rel_rmse"]
+    return df["rel_terms"].where(df["rel_terms"].notna(), df["rel_rmse"])
+
+
 def compare_with_fla(df: pd.DataFrame) -> pd.DataFrame:
-    """`df` with columns fla_rel_rmse (fla's error on the same config and tensor, same inputs) and vs_fla (our
-    rel_rmse / fla's, "worse" appended above 1) on every non-fla row that has an fla row; "-" elsewhere. `df`
-    unchanged when no fla row is present (or it is not a kda-check table). Informational: the status stays."""
+    """`df` with columns fla_error (fla's judged error, `judged_error`, on the same config and tensor and inputs)
+    and vs_fla (ours / fla's, "worse" appended above 1) on every non-fla row whose fla peer ran: fla's chunk_kda
+    for the chunk backends, its fused_recurrent_kda for our recurrent ones; "-" elsewhere. `df` unchanged when no fla
+    row is present (or it is not a kda-check table). Informational: the status stays."""
     if "backend" not in df:  # a kda-portability table
         return df
-    fla = df[df["backend"].isin(FLA_BACKENDS)]
-    if fla.empty:
+    is_fla = df["backend"].isin(FLA_BACKENDS)
+    if not is_fla.any():
         return df
-    rank = fla["backend"].map({b: i for i, b in enumerate(FLA_BACKENDS)})
-    ref = (fla.assign(_rank=rank).sort_values("_rank").drop_duplicates(["config", "tensor"])
-           .set_index(["config", "tensor"])["rel_rmse"])
-    theirs = [math.nan if b in FLA_BACKENDS else ref.get((c, t), math.nan)
+    err = judged_error(df)
+    ref = {(b, c, t): e for b, c, t, e in zip(df["backend"][is_fla], df["config"][is_fla], df["tensor"][is_fla],
+                                            err[is_fla], strict=True)}
+    theirs = [math.nan if b in FLA_BACKENDS else ref.get((_FLA_PEER.get(b, "fla"), c, t), math.nan)
               for c, t, b in zip(df["config"], df["tensor"], df["backend"], strict=True)]
-    out = df.drop(columns=["fla_rel_rmse", "vs_fla"], errors="ignore").copy()
-    out["fla_rel_rmse"] = theirs
-    out["vs_fla"] = [_ratio(ours, f) for ours, f in zip(out["rel_rmse"], theirs, strict=True)]
+    out = df.drop(columns=["fla_error", "vs_fla"], errors="ignore").copy()
+    out["fla_error"] = theirs
+    out["vs_fla"] = [_ratio(ours, f) for ours, f in zip(err, theirs, strict=True)]
     return with_status(out)
 
 
