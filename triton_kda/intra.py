@@ -472,9 +472,10 @@ def _kda_intra_bwd_kernel(
     else:
         # 2^(G_i - G_j) = 2^(G_i - Ga) 2^(Ga - G_j): the first factor <= 1 for the block's rows, the second <= 1 for
         # columns before the block and <= 2^RANGE_MAX inside it
-        b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)), 0.0)
-        b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
-        b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
+        b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * _exp2_gate(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)),
+                        0.0)
+        b_eA = tl.where(m_rk, _exp2_gate(b_G_r - b_Ga[None, :]), 0.0)
+        b_f = tl.where((o_t >= r * BC)[:, None], _exp2_gate(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
         if PREC == "tf32blocksplit":
             # the block's own tokens' B operands as TF32 pairs (`_dot`'s "tf32split"), the rest rounded: the pairs'
             # second products over the diagonal block's [BC, BC] tiles of dAqk / dL
@@ -484,8 +485,8 @@ def _kda_intra_bwd_kernel(
                                       (1, 0))
             b_dAd = tl.load(p_dAd, boundary_check=(0, 1))
             b_dLd = tl.load(p_dLd, boundary_check=(0, 1))
-            b_f_r = tl.exp2(tl.minimum(b_G_r - b_Ga[None, :], RANGE_MAX))
-            b_kc_r = _tf32_rest(b_kn_r * tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)))
+            b_f_r = _exp2_gate(tl.minimum(b_G_r - b_Ga[None, :], RANGE_MAX))
+            b_kc_r = _tf32_rest(b_kn_r * _exp2_gate(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)))
             b_Rq = (_dot(b_dA, b_kc, None, "tf32rn") + _dot(b_dAd, b_kc_r, None, "tf32rn")) * b_eA
             b_RL = (_dot(b_dL, b_kc, None, "tf32rn") + _dot(b_dLd, b_kc_r, None, "tf32rn")) * b_eA
             b_C = _dot(b_dAt, b_qn * b_f, None, "tf32rn") + _dot(tl.trans(b_dAd), _tf32_rest(b_qn_r * b_f_r), None,
@@ -497,13 +498,13 @@ def _kda_intra_bwd_kernel(
             b_RL = _dot(b_dL, b_kc, None, PREC) * b_eA
             b_C = _dot(b_dAt, b_qn * b_f, None, PREC)
             b_C = _dot(b_dLt, b_kn * b_b[:, None] * b_f, b_C, PREC)
-        b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
+        b_C *= tl.where(m_rk, _exp2_gate(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
 
     # the state side for the block's rows: do S^T, v_new dS^T, X = Akk^T dw = -dvb S^T (and rowsum(S dS), once)
     b_dqg, b_dkg, b_X, b_SdS = _state_side(h, dh, v_new, dvb, do, p_state, bos, T, s0, i_hv, o_k, m_k, HV, K, V, BC,
                                            BK, BV, V_FIRST, PREC_S, BF16_STATE)
-    b_eG = tl.where(m_rk, tl.exp2(b_G_r), 0.0)
-    b_eGl = tl.where(m_rk, tl.exp2(b_Gl[None, :] - b_G_r), 0.0)
+    b_eG = tl.where(m_rk, _exp2_gate(b_G_r), 0.0)
+    b_eGl = tl.where(m_rk, _exp2_gate(b_Gl[None, :] - b_G_r), 0.0)
     b_dkgl = b_dkg * b_eGl
 
     b_XeGb = b_X * b_eG * b_b_r[:, None]
@@ -513,7 +514,7 @@ def _kda_intra_bwd_kernel(
     # the gate gradient of each row m sums only terms whose decay spans m, so strong decays give small values without
     # cancellation: E (terms of G_i: qg, w, the rows and columns of Aqk / L) reaches the rows m <= i, F (terms of
     # G_last - G_j: kg) the rows m > j, the state's decay 2^G_last every row (E's last row of the chunk carries it)
-    b_S_last = tl.where((r * BC + o_c == n_valid - 1)[:, None], (b_SdS * tl.exp2(b_Gl))[None, :], 0.0)
+    b_S_last = tl.where((r * BC + o_c == n_valid - 1)[:, None], (b_SdS * _exp2_gate(b_Gl))[None, :], 0.0)
     b_E = b_kn_r * (b_XeGb + b_RLb - b_C) + b_qn_r * b_dqn + b_S_last
     tl.store(dbeta_k + (i_k * TT + bos + s0 + o_c).to(tl.int64) * HV + i_hv,
              tl.sum(b_kn_r * (b_X * b_eG + b_RL), axis=1), mask=m_r)
@@ -543,14 +544,14 @@ def _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kbn, b_G, b_G_r, r
         sel = (o_t == j)[:, None]
         b_Gj = tl.sum(tl.where(sel, b_G, 0.0), axis=0)
         b_knj = tl.sum(tl.where(sel, b_kn, 0.0), axis=0)
-        b_E = tl.where((o_r >= j)[:, None], tl.exp2(tl.minimum(b_G_r - b_Gj[None, :], 0.0)), 0.0)
+        b_E = tl.where((o_r >= j)[:, None], _exp2_gate(tl.minimum(b_G_r - b_Gj[None, :], 0.0)), 0.0)
         b_Rq += tl.sum(tl.where((o_t == j)[None, :], b_dA, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
         b_RL += tl.sum(tl.where((o_t == j)[None, :], b_dL, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
     b_C = tl.zeros(b_G_r.shape, dtype=tl.float32)
     for jj in range(BC):
         sel = (o_c == jj)[:, None]
         b_Gj = tl.sum(tl.where(sel, b_G_r, 0.0), axis=0)
-        b_E = tl.where((o_t >= r * BC + jj)[:, None], tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
+        b_E = tl.where((o_t >= r * BC + jj)[:, None], _exp2_gate(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
         b_a = tl.sum(tl.where(sel, b_dAt, 0.0), axis=0)
         b_l = tl.sum(tl.where(sel, b_dLt, 0.0), axis=0)
         b_C += tl.where(sel, tl.sum((b_a[:, None] * b_qn + b_l[:, None] * b_kbn) * b_E, axis=0)[None, :], 0.0)
