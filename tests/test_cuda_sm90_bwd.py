@@ -247,7 +247,7 @@ def test_kernel_matches_fp64_stage_and_triton(case, monkeypatch):
     ref = _stage_ref(call)
     (q, k, g, A_log, dt_bias, gl, rstd_q, rstd_k, beta, h, dh, v_new, dvb, do_, dAqk, dL, plan, scale, gate, lb,
      l2) = call
-    Gc = gate_cumsum(g, A_log, dt_bias, plan, 64, gate=gate, lower_bound=lb, prec=precision_of(BF16)).G
+    Gc = gate_cumsum(g, A_log, dt_bias, plan, 64, gate=gate, lower_bound=lb, prec=precision_of(BF16))
     lo = intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta, h, dh, v_new, WYBwdOut(None, dvb, dAqk, dL, None),
                          do_, scale, plan, 64, gate=gate, state_v_first=False, prec="tf32", prec_state="tf32",
                          span=False)

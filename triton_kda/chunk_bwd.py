@@ -14,7 +14,7 @@ import torch
 
 from triton_kda.chunk_fwd import ChunkPlan
 from triton_kda.configs import bwd_precision_of, precision_of
-from triton_kda.gate import GateCumsum, gate_cumsum, gate_mode
+from triton_kda.gate import gate_cumsum, gate_mode
 from triton_kda.intra import intra_bwd
 from triton_kda.qk import qk_bwd
 from triton_kda.state import state_bwd
@@ -50,19 +50,19 @@ def chunk_bwd(do, dht, q, k, v, g, beta, A_log, dt_bias, intra: IntraOut, h, v_n
     prec = bp.products
 
     @functools.cache
-    def Gc() -> GateCumsum:
+    def Gc() -> torch.Tensor:
         """The gate cumsum as the forward computed it (its precision rule), the products at the backward's; computed
         once, and only where a kernel reads it (the compiled chunk-local backward forms its own)."""
         return gate_cumsum(g, A_log, dt_bias, plan, BT, gate=gate, lower_bound=lower_bound, prec=precision_of(q.dtype))
 
     dh, dv_new, dh0 = state_bwd(intra.qg, intra.kg, intra.w, intra.Aqk, intra.gl, intra.rs, do, dht, plan, BT, V,
                                 want_dh0=want_dh0, state_v_first=state_v_first, prec=prec)
-    wy = wy_bwd(k, v, lambda: Gc().G32, intra.rstd_k, intra.beta, intra.Akk, h, v_new, dv_new, do, plan, BT,
+    wy = wy_bwd(k, v, Gc, intra.rstd_k, intra.beta, intra.Akk, h, v_new, dv_new, do, plan, BT,
                 state_v_first=state_v_first, prec=prec)
     del dv_new  # [TT, HV, V] fp32: freed before the chunk-local stage's buffers are allocated
-    it = intra_bwd(q, k, g, A_log, dt_bias, lambda: Gc().G, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, h, dh,
-                   v_new, wy, do, scale, plan, BT, gate=gate, lower_bound=lower_bound, state_v_first=state_v_first,
-                   prec=bp.intra, prec_state=bp.intra_state, span=bp.gate_span, l2norm=use_qk_l2norm_in_kernel)
+    it = intra_bwd(q, k, g, A_log, dt_bias, Gc, intra.gl, intra.rstd_q, intra.rstd_k, intra.beta, h, dh, v_new, wy,
+                   do, scale, plan, BT, gate=gate, lower_bound=lower_bound, state_v_first=state_v_first, prec=bp.intra,
+                   prec_state=bp.intra_state, span=bp.gate_span, l2norm=use_qk_l2norm_in_kernel)
     dbeta = wy.dbeta + it.dbeta.sum(0)
     if use_beta_sigmoid_in_kernel:
         # beta_act = s * sigmoid(x): d/dx = beta_act (1 - beta_act / s)

@@ -6,8 +6,6 @@ raw gate, A_log and dt_bias).
     GATE == 1: gate = -a * softplus(g + dt_bias),  a = exp(A_log)  (softplus form)
     GATE == 2: gate = lb * sigmoid(a * (g + dt_bias))              (lower-bound form; a = 1 without A_log)
 """
-from typing import NamedTuple
-
 import torch
 import triton
 import triton.language as tl
@@ -138,23 +136,19 @@ def _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t,
 
 @triton.jit
 def _kda_gate_cumsum_fwd_kernel(
-    g, A_log, dt_bias, Gc, Gc32, cu_seqlens, chunk_indices, lower_bound,
+    g, A_log, dt_bias, Gc, cu_seqlens, chunk_indices, lower_bound,
     HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, PREC: tl.constexpr,
 ):
     """The gate cumsum G the backward reads, as the intra forward computes it: one program per (chunk, v-head, K slice).
         G_i = log2(e) sum_{j <= i in the chunk} gate_j
-    g [TT, HV, K] (raw); writes Gc [TT, HV, K] fp32, or under PREC "tf32x3" (fp32 inputs, `gate_cumsum_dtype`) Gc in
-    fp64 and Gc32 [TT, HV, K] its fp32 rounding."""
+    g [TT, HV, K] (raw); writes Gc [TT, HV, K] fp32 (fp64 under PREC "tf32x3": fp32 inputs, `gate_cumsum_dtype`)."""
     i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
     b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE, HAS_A_LOG,
                        HAS_DT_BIAS, PREC == "tf32x3")
     p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
     tl.store(p_G, b_G.to(p_G.dtype.element_ty), boundary_check=(0, 1))
-    if PREC == "tf32x3":
-        p_G32 = tl.make_block_ptr(Gc32 + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        tl.store(p_G32, b_G.to(tl.float32), boundary_check=(0, 1))
 
 
 @triton.jit
@@ -219,29 +213,21 @@ def gate_cumsum_dtype(prec: str) -> torch.dtype:
     return torch.float64 if prec == "tf32x3" else torch.float32
 
 
-class GateCumsum(NamedTuple):
-    """The gate cumsum of a backward, `gate_cumsum`'s result."""
-    G: torch.Tensor    # [TT, HV, K] in `gate_cumsum_dtype` (fp64 for fp32 inputs): the chunk-local backward's
-    G32: torch.Tensor  # [TT, HV, K] fp32: G itself, or its fp32 rounding where G is fp64 (what 2^G alone needs)
-
-
-def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: float | None, prec: str) -> GateCumsum:
-    """Launch `_kda_gate_cumsum_fwd_kernel` on the (NT, HV, NK) grid: the gate cumsum of g [TT, HV, K] (raw,
-    contiguous); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; prec: the forward's. For fp32
-    inputs (fp64 G) the fp32 copy costs one more fp32 write here and saves the WY backward an fp64 read per V block
-    (H100 fp32 B2 T8192 H32: that kernel 3.63 -> 4.13 ms on fp64 G, docs/benchmarks/runs/2026-11-28_dalog)."""
+def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: float | None, prec: str) -> torch.Tensor:
+    """Launch `_kda_gate_cumsum_fwd_kernel` on the (NT, HV, NK) grid: Gc [TT, HV, K] in `gate_cumsum_dtype(prec)`
+    from g [TT, HV, K] (raw, contiguous); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; prec: the
+    forward's."""
     TT, HV, K = g.shape
     cfg = gate_bwd_config(arch_of(g.device), K)
     has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
-    G = torch.empty(TT, HV, K, device=g.device, dtype=gate_cumsum_dtype(prec))
-    G32 = torch.empty(TT, HV, K, device=g.device, dtype=torch.float32) if G.dtype == torch.float64 else G
+    Gc = torch.empty(TT, HV, K, device=g.device, dtype=gate_cumsum_dtype(prec))
     launch_kernel(_kda_gate_cumsum_fwd_kernel, (plan.NT, HV, cdiv(K, cfg.BK)),
-        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, G, G32, plan.cu_seqlens, plan.chunk_indices,
+        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, Gc, plan.cu_seqlens, plan.chunk_indices,
         lower_bound if lower_bound is not None else 0.0,
         HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias, PREC=prec,
         num_warps=cfg.num_warps,
     )
-    return GateCumsum(G, G32)
+    return Gc
 
 
 def gate_bwd(g, A_log, dt_bias, dD, dW, plan, BT: int, BC: int, *, gate: int, lower_bound: float | None):

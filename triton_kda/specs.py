@@ -113,8 +113,8 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                                              ce, bwd_sc.num_warps, bwd_sc.num_stages))
                 wc = wy_bwd_config(arch, K, V)
                 sig = {n: f"*{ty}" for n in ("k", "v", "v_new", "do", "dv")}
-                sig.update({n: "*fp32" for n in ("Gc", "rstd_k", "beta_act", "h", "dv_new", "dvb", "dAqk", "dL",
-                                                 "dbeta_v")})
+                sig.update({n: "*fp32" for n in ("rstd_k", "beta_act", "h", "dv_new", "dvb", "dAqk", "dL", "dbeta_v")})
+                sig["Gc"] = gc_ty
                 sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, V_FIRST=False,
@@ -147,8 +147,8 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                           HAS_DT_BIAS=True)
                 specs.append(CompileSpec(f"gate_bwd K{K} BT{BT} {dname}", _kda_gate_bwd_kernel, sig, ce,
                                          gc.num_warps, 1))
-                sig = {"g": f"*{ty}", "A_log": "*fp32", "dt_bias": "*fp32", "Gc": gc_ty, "Gc32": "*fp32",
-                       "cu_seqlens": "*i64", "chunk_indices": "*i32", "lower_bound": "fp32"}
+                sig = {"g": f"*{ty}", "A_log": "*fp32", "dt_bias": "*fp32", "Gc": gc_ty, "cu_seqlens": "*i64",
+                       "chunk_indices": "*i32", "lower_bound": "fp32"}
                 ce = dict(HV=8, K=K, BT=BT, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True, PREC=prec)
                 specs.append(CompileSpec(f"gate_cumsum K{K} BT{BT} {dname}", _kda_gate_cumsum_fwd_kernel, sig, ce,
                                          gc.num_warps, 1))

@@ -9,7 +9,7 @@ import triton.language as tl
 
 from triton_kda._jit import _chunk_rows, _dot, _dot_split, _op, _pow2_scale, _split_operand, _state_offsets, _store_pair
 from triton_kda.configs import arch_of, fp32_pairs, precision_of, wy_bwd_config, wy_fwd_config
-from triton_kda.gate import _gate_cumsum, gate_mode
+from triton_kda.gate import _exp2_gate, _gate_cumsum, gate_mode
 from triton_kda.launch import launch_kernel
 
 
@@ -207,7 +207,7 @@ def _kda_wy_bwd_kernel(
                 p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
                                         (1, 0))
                 b_kb = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rkb[:, None]
-                b_kb *= tl.exp2(tl.load(p_G, boundary_check=(0, 1)))
+                b_kb *= _exp2_gate(tl.load(p_G, boundary_check=(0, 1)))
                 b_S = tl.load(h + p_state + off_h, mask=(o_k < K)[:, None] & (o_v < V)[None, :], other=0.0)
                 b_S = b_S.to(tl.float32)
                 b_P += _dot(b_kb, b_S, None, PREC)
