@@ -2,11 +2,17 @@
 
 ``BACKENDS``: ``sm90`` (cuda_fast/sm90.py), the CUDA forward for inference on sm_90a and sm_100a, and ``sm90_bwd``
 (cuda_fast/sm90_bwd.py), the chunk-local backward of a bf16 training step there. Importing this package compiles,
-loads and probes nothing: the library is built the first time a backend is chosen.
+loads and probes nothing, and imports nothing but itself (a wheel's build imports ``cuda_fast.build`` without torch):
+``BACKENDS`` imports the backends when first read, and a library is loaded (or built) the first time a backend is
+chosen.
 """
 
-from cuda_fast import sm90, sm90_bwd
-
-BACKENDS = (sm90.BACKEND, sm90_bwd.BACKEND)
-
 __all__ = ["BACKENDS"]
+
+
+def __getattr__(name: str):
+    if name == "BACKENDS":
+        from cuda_fast import sm90, sm90_bwd
+
+        return (sm90.BACKEND, sm90_bwd.BACKEND)
+    raise AttributeError(f"module 'cuda_fast' has no attribute {name!r}")

@@ -1,9 +1,13 @@
 """Build the CUDA sources under ``cuda_fast/csrc/`` with nvcc.
 
 The kernels are plain CUDA C++ with a C entry point (no torch headers), built into a shared library that
-``cuda_fast.sm90`` loads through ctypes, so one build serves any torch version. Builds are cached under
-``$TRITON_KDA_CUDA_CACHE`` (default ``~/.cache/triton_kda/cuda_fast``), keyed by the sources, the flags, the target
-and nvcc's version; a finished build is moved into place atomically, so concurrent processes never load half a file.
+``cuda_fast.sm90`` loads through ctypes, so one build serves any torch version. Two places hold libraries:
+- a wheel's ``cuda_fast/lib/``: one library per target beside ``manifest.json`` (targets, the sources' hash, nvcc's
+  version), built when the wheel is (``package``; ``setup.py``), used while the hash matches the sources here;
+- the build cache ``$TRITON_KDA_CUDA_CACHE`` (default ``~/.cache/triton_kda/cuda_fast``), filled on first use where
+  no packaged library serves (an editable install), keyed by the sources, the flags, the target and nvcc's version;
+  a finished build is moved into place atomically, so concurrent processes never load half a file.
+nvcc comes from CUDA_HOME, CUDA_PATH, PATH, or the ``nvidia-cuda-nvcc`` wheel (with ``nvidia-cuda-cccl``).
 
     python -m cuda_fast.build                    # prebuild the library for the GPU of this machine
     python -m cuda_fast.build --arch 90a,100a    # prebuild for named targets (no GPU needed)
@@ -14,6 +18,8 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
+import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -28,6 +34,10 @@ HEADERS = ("common.cuh",)
 COMPILE_FLAGS = ("-O3", "-std=c++17", "--expt-relaxed-constexpr")
 FLAGS = (*COMPILE_FLAGS, "-Xcompiler", "-fPIC")  # the shared library's
 CACHE_ENV = "TRITON_KDA_CUDA_CACHE"
+ARCHS_ENV = "TRITON_KDA_CUDA_ARCHS"  # a wheel's targets: comma-separated, "all" (the default) or "none"
+PACKAGED = Path(__file__).resolve().parent / "lib"  # a wheel's libraries and their manifest
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "triton-kda-cuda-libraries/1"
 EXTRA_FLAGS_ENV = "TRITON_KDA_NVCC_FLAGS"  # extra nvcc flags (experiments, e.g. -DKDA_K1_MIN_BLOCKS=3); part of the key
 
 
@@ -35,15 +45,32 @@ class BuildError(RuntimeError):
     """nvcc is missing or failed (the message holds its output)."""
 
 
-def nvcc_path() -> str:
-    """nvcc from ``$CUDA_HOME/bin`` (or ``$CUDA_PATH``), else the first on PATH; BuildError if there is none."""
+def system_nvcc() -> str | None:
+    """nvcc from ``$CUDA_HOME/bin`` (or ``$CUDA_PATH``), else the first on PATH, else None."""
     for env in ("CUDA_HOME", "CUDA_PATH"):
         root = os.environ.get(env)
         if root and (Path(root) / "bin" / "nvcc").is_file():
             return str(Path(root) / "bin" / "nvcc")
-    found = shutil.which("nvcc")
+    return shutil.which("nvcc")
+
+
+def pip_nvcc() -> str | None:
+    """nvcc of the ``nvidia-cuda-nvcc`` wheel (``nvidia/cu*/bin/nvcc`` of an importable ``nvidia`` package), or
+    None."""
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec is not None else []:
+        for nvcc in sorted(Path(root).glob("cu*/bin/nvcc"), reverse=True):
+            if nvcc.is_file():
+                return str(nvcc)
+    return None
+
+
+def nvcc_path() -> str:
+    """`system_nvcc`, else `pip_nvcc`; BuildError if there is neither."""
+    found = system_nvcc() or pip_nvcc()
     if found is None:
-        raise BuildError("nvcc not found (set CUDA_HOME or put nvcc on PATH); the CUDA backend cannot be built")
+        raise BuildError("nvcc not found (set CUDA_HOME, put nvcc on PATH or pip install nvidia-cuda-nvcc "
+                         "nvidia-cuda-cccl); the CUDA backend cannot be built")
     return found
 
 
@@ -72,8 +99,17 @@ def extra_flags() -> list[str]:
     return os.environ.get(EXTRA_FLAGS_ENV, "").split()
 
 
+def source_hash() -> str:
+    """sha256 of the CUDA sources and headers: what a packaged library must have been built from to serve."""
+    key = hashlib.sha256()
+    for name in (*SOURCES, *HEADERS):
+        key.update(name.encode() + b"\0" + (CSRC / name).read_bytes())
+    return key.hexdigest()
+
+
 def library(target: str) -> Path:
-    """Path of the shared library for ``target`` ("90a" or "100a"), building it first unless it is cached."""
+    """Path of the shared library for ``target`` ("90a" or "100a") in the build cache, building it first unless it is
+    cached."""
     nvcc = nvcc_path()
     sources = [CSRC / name for name in SOURCES]
     flags = [*FLAGS, *extra_flags()]
@@ -93,6 +129,59 @@ def library(target: str) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return out
+
+
+def wheel_targets() -> tuple[str, ...]:
+    """The targets a wheel carries: ``$TRITON_KDA_CUDA_ARCHS`` (comma-separated, "all" or "none"; default all)."""
+    text = os.environ.get(ARCHS_ENV, "all").strip()
+    if text == "none":
+        return ()
+    if text in ("", "all"):
+        return TARGETS
+    targets = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [t for t in targets if t not in TARGETS]
+    if bad:
+        raise ValueError(f"{ARCHS_ENV}: unknown targets {bad}; expected some of {', '.join(TARGETS)}, 'all' or 'none'")
+    return targets
+
+
+def package(out_dir: Path, targets: tuple[str, ...]) -> dict:
+    """Build the library of each target into ``out_dir`` (``kda_cuda_sm<target>.so``) beside its manifest
+    (``manifest.json``: format, targets, files, the sources' hash, nvcc's version, the flags); returns the manifest."""
+    nvcc = nvcc_path()
+    flags = [*FLAGS, *extra_flags()]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for target in targets:
+        files[target] = f"kda_cuda_sm{target}.so"
+        _run([nvcc, *flags, "-shared", *gencode(target), "-o", str(out_dir / files[target]),
+              *(str(CSRC / name) for name in SOURCES)])
+    manifest = dict(format=MANIFEST_FORMAT, targets=list(targets), files=files, source_hash=source_hash(),
+                    nvcc=nvcc_version(nvcc), flags=flags)
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def packaged(target: str, lib_dir: Path = PACKAGED) -> tuple[Path | None, str]:
+    """(path, "") of the packaged library for ``target`` in ``lib_dir`` when its manifest lists it and was built from
+    these sources (`source_hash`), else (None, why not)."""
+    path = lib_dir / MANIFEST
+    if not path.is_file():
+        return None, "no packaged library (an editable or source install)"
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        return None, f"{path} is not JSON ({e})"
+    if manifest.get("format") != MANIFEST_FORMAT:
+        return None, f"{path}: format {manifest.get('format')!r}, expected {MANIFEST_FORMAT!r}"
+    if target not in manifest.get("targets", []):
+        return None, f"the packaged libraries are for {manifest.get('targets')}, not {target}"
+    if manifest.get("source_hash") != source_hash():
+        return None, "the packaged library was built from other sources than cuda_fast/csrc/ holds"
+    lib = lib_dir / manifest["files"][target]
+    if not lib.is_file():
+        return None, f"{lib} is missing"
+    return lib, ""
 
 
 def compile_cubins(out_dir: Path, targets: tuple[str, ...] = TARGETS) -> list[Path]:

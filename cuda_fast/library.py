@@ -37,10 +37,11 @@ class Entry:
 
 
 class Library:
-    """A built shared library (``cuda_fast.build.library``)."""
+    """A shared library of the CUDA sources; origin: where it came from ("packaged ...", "built ...")."""
 
-    def __init__(self, path):
+    def __init__(self, path, origin: str = "built"):
         self.path = path
+        self.origin = origin
         self.cdll = ctypes.CDLL(str(path))
         self._entries: dict[str, Entry] = {}
 
@@ -52,10 +53,18 @@ class Library:
 
 @functools.cache
 def load_library(target: str) -> Library:
-    """The built library for a target ("90a" or "100a"); builds it on first use."""
-    from cuda_fast.build import library  # imported on first use: `python -m cuda_fast.build` runs it as __main__
+    """The library for a target ("90a" or "100a"): the wheel's packaged one where its manifest matches the sources,
+    else the build cache's, built on first use; BuildError with both reasons where neither is to be had."""
+    from cuda_fast import build  # imported on first use: `python -m cuda_fast.build` runs it as __main__
 
-    return Library(library(target))
+    path, why_not = build.packaged(target)
+    if path is not None:
+        return Library(path, f"packaged ({path})")
+    try:
+        path = build.library(target)
+    except build.BuildError as error:
+        raise build.BuildError(f"{why_not}; {error}") from error
+    return Library(path, f"built ({path}; {why_not})")
 
 
 def data_ptr(t: torch.Tensor | None) -> int | None:
@@ -72,15 +81,21 @@ def entry_for(device: torch.device | None, name: str, struct: type[ctypes.Struct
     return load_library(CAPABILITY_TARGETS[cc]).entry(name, struct)
 
 
+def library_origin(device: torch.device | None = None) -> str:
+    """"library: <origin>" of the loaded library for ``device``'s compute capability (None: the current device)."""
+    return f"library: {load_library(CAPABILITY_TARGETS[torch.cuda.get_device_capability(device)]).origin}"
+
+
 def compiled_backend(name: str, op: str, env_switch: str, verifier: Callable, fn: Callable, entry: str,
                      struct: type[ctypes.Structure]) -> Backend:
-    """A registry backend serving ``op`` with ``fn`` on sm_90 / sm_100 (priority 10). Its loader builds (or finds in
-    the cache) the library for the current device and binds ``entry`` the first time the backend is chosen: a build
-    that fails removes the backend, with nvcc's message as the reason."""
+    """A registry backend serving ``op`` with ``fn`` on sm_90 / sm_100 (priority 10). Its loader finds the library for
+    the current device (packaged, or built on first use, `load_library`) and binds ``entry`` the first time the
+    backend is chosen: no library removes the backend, with both reasons; every selection's reason names the
+    library's origin."""
 
     def load():
         entry_for(None, entry, struct)
         return fn
 
     return Backend(name=name, ops={op}, capabilities=frozenset(CAPABILITY_TARGETS), priority=10,
-                   env_switch=env_switch, verifiers={op: verifier}, loader=load)
+                   env_switch=env_switch, verifiers={op: verifier}, loader=load, describe=library_origin)

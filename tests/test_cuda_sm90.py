@@ -87,9 +87,10 @@ def test_library_abi_and_entry_point_validation(tmp_path, monkeypatch):
 
 def test_build_reports_a_missing_nvcc(monkeypatch):
     monkeypatch.setattr(build.shutil, "which", lambda name: None)
+    monkeypatch.setattr(build, "pip_nvcc", lambda: None)
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    with pytest.raises(build.BuildError, match="nvcc not found"):
+    with pytest.raises(build.BuildError, match="nvcc not found .* pip install nvidia-cuda-nvcc nvidia-cuda-cccl"):
         build.nvcc_path()
 
 

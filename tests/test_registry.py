@@ -147,6 +147,15 @@ def test_loader_failure_is_reported_skipped_and_not_retried():
     assert attempts == [1]
 
 
+def test_describe_is_appended_to_every_selection_reason_after_loading():
+    backend = fake("sm90", priority=9)
+    described = Backend(name="sm90", ops=backend.ops, capabilities=backend.capabilities, priority=9,
+                        verifiers=backend.verifiers, loader=backend.loader, describe=lambda: "library: packaged (x.so)")
+    reg = registry(described)
+    for _ in range(2):
+        assert reg.select(OP, {}, CUDA0).reason == "sm90 (priority 9): fits; library: packaged (x.so)"
+
+
 def test_loader_returning_a_non_callable_is_rejected():
     sel = registry(fake("sm90", loader=lambda: None)).select(OP, {}, CUDA0)
     assert sel.name == "triton" and "sm90: loader returned NoneType, not a callable" in sel.reason

@@ -63,6 +63,8 @@ class Backend:
     env_switch: name of an environment variable that disables the backend when set to ``"0"``; None for none.
     verifiers: for every op in ``ops``, ``verifier(args) -> (ok, reason)`` deciding whether it takes that call.
     loader: ``loader() -> fn``, returning the callable implementation; runs lazily, at most once.
+    describe: None, or ``describe() -> str`` (after the loader succeeded), appended to each selection's reason (a
+    compiled backend: which library serves).
     """
 
     name: str
@@ -72,6 +74,7 @@ class Backend:
     env_switch: str | None = None
     verifiers: Mapping[str, Verifier]
     loader: Callable[[], Callable[..., Any]]
+    describe: Callable[[], str] | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name in (AUTO, TRITON):
@@ -267,7 +270,7 @@ class Registry:
         fn = self._load(backend)
         if fn is None:
             return None, self._load_errors[backend.name]
-        return fn, reason
+        return fn, reason if backend.describe is None else f"{reason}; {backend.describe()}"
 
     def _load(self, backend: Backend) -> Callable[..., Any] | None:
         if backend.name not in self._loaded and backend.name not in self._load_errors:
