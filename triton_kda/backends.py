@@ -63,8 +63,8 @@ class Backend:
     env_switch: name of an environment variable that disables the backend when set to ``"0"``; None for none.
     verifiers: for every op in ``ops``, ``verifier(args) -> (ok, reason)`` deciding whether it takes that call.
     loader: ``loader() -> fn``, returning the callable implementation; runs lazily, at most once.
-    describe: None, or ``describe() -> str`` (after the loader succeeded), appended to each selection's reason (a
-    compiled backend: which library serves).
+    describe: None, or ``describe() -> str``, called once after the loader succeeded and appended to each selection's
+    reason (a compiled backend: which library serves).
     """
 
     name: str
@@ -154,6 +154,7 @@ class Registry:
         self._capabilities: dict[tuple[str, int], Capability | None] = {}
         self._loaded: dict[str, Callable[..., Any]] = {}
         self._load_errors: dict[str, str] = {}
+        self._described: dict[str, str] = {}  # "; " + describe() of each loaded backend that has one
         self._logged: set[tuple[str, str, str]] = set()
         self._report: deque[ReportEntry] = deque(maxlen=report_length)
 
@@ -270,7 +271,7 @@ class Registry:
         fn = self._load(backend)
         if fn is None:
             return None, self._load_errors[backend.name]
-        return fn, reason if backend.describe is None else f"{reason}; {backend.describe()}"
+        return fn, reason + self._described.get(backend.name, "")
 
     def _load(self, backend: Backend) -> Callable[..., Any] | None:
         if backend.name not in self._loaded and backend.name not in self._load_errors:
@@ -281,6 +282,8 @@ class Registry:
             else:
                 if callable(fn):
                     self._loaded[backend.name] = fn
+                    if backend.describe is not None:
+                        self._described[backend.name] = f"; {backend.describe()}"
                 else:
                     self._load_errors[backend.name] = f"loader returned {type(fn).__name__}, not a callable"
         return self._loaded.get(backend.name)
