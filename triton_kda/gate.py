@@ -98,11 +98,12 @@ def _gate_cumsum_of(b_g, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K: tl.cons
     (`_exp2_gate`), right to an ulp of |G_i - G_j| rather than of |G|. G rounded to fp32 there put an ulp of |G| into
     every exponent: at |G| of 100-300 log2 units (strong decays late in a chunk) 1e-5 relative error in each decay,
     which the gate gradient of a strongly decaying row, a sum of decayed terms with no undecayed one, keeps in full
-    (2026-11-28, interpreter, K = V = 32, T64, two seeds: fp32 dg of the unsaturated lower-bound regime 3.6e-6 /
-    4.3e-6 with G in fp32, 5.1e-7 / 6.1e-7 with fp64 G in the backward, and 4.6e-6 / 5.3e-6 from fp32 G alone in the
-    fp64 oracle). fp64 G in the forward kernels too gained dg little more (4.8e-7 / 5.9e-7) and cost the H200 fp32
-    fwd+bwd at B2 T8192 H32 x1.12 (docs/benchmarks/runs/2026-11-28_dalog). An fp32 tl.cumsum on a GPU adds in a tree
-    that follows the tile's layout, so nearby prefix sums carry independent errors of several ulps besides
+    (2026-11-28, interpreter, K = V = 32, T64, two seeds, docs/benchmarks/runs/2026-11-28_dalog/g_rounding.py: fp32 dg
+    of the unsaturated lower-bound regime 3.6e-6 / 4.3e-6 with G in fp32, 5.0e-7 / 6.1e-7 with fp64 G in the backward
+    before the span kernel's diagonal change, and 4.6e-6 / 5.3e-6 from fp32 G alone in the fp64 oracle). fp64 G in the
+    forward kernels as well cost the H200 fp32 fwd+bwd at B2 T8192 H32 x1.12 (an uncommitted variant,
+    docs/benchmarks/runs/2026-11-28_dalog, call 1). An fp32 tl.cumsum on a GPU adds in a tree that follows the tile's
+    layout, so nearby prefix sums carry independent errors of several ulps besides
     (2026-11-22 at 7bc5e02: dk 3.3e-5 with the strong-decay gate on an H200, where the interpreter's sequential fp32
     sum passes).
     """

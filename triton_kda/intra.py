@@ -680,8 +680,9 @@ def _kda_intra_bwd_span_kernel(
 
     # pairs inside the block (anchor Ga, or exact column by column where G_a - G_i exceeds RANGE_MAX). The diagonal
     # pairs (i = j: no decay) go to dq and dk directly and stay out of the row and column sums: they span no row, and
-    # in `b_up` they would cancel only to an ulp of their size, the largest in the block (fp32, interpreter,
-    # 2026-11-28: dg 4.8e-7 -> 2.3e-7 in the unsaturated lower-bound regime, 1.1e-6 -> 8.8e-7 in the masked one)
+    # in `b_up` they would cancel only to an ulp of their size, the largest in the block (fp32, interpreter, two seeds,
+    # docs/benchmarks/runs/2026-11-28_dalog/g_rounding.py: dg 5.0e-7 / 6.1e-7 -> 2.5e-7 / 3.4e-7 in the unsaturated
+    # lower-bound regime, 1.2e-6 / 1.1e-6 -> 7.6e-7 / 8.4e-7 in the masked one)
     b_eye = o_c[:, None] == o_c[None, :]
     b_dA_ii = tl.sum(tl.where(b_eye, b_dA, 0.0), axis=1)
     b_dA = tl.where(b_eye, 0.0, b_dA)
