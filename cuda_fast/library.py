@@ -81,9 +81,9 @@ def entry_for(device: torch.device | None, name: str, struct: type[ctypes.Struct
     return load_library(CAPABILITY_TARGETS[cc]).entry(name, struct)
 
 
-def library_origin(device: torch.device | None = None) -> str:
-    """"library: <origin>" of the loaded library for ``device``'s compute capability (None: the current device)."""
-    return f"library: {load_library(CAPABILITY_TARGETS[torch.cuda.get_device_capability(device)]).origin}"
+def library_origin() -> str:
+    """"library: <origin>" of the loaded library for the current device's compute capability."""
+    return f"library: {load_library(CAPABILITY_TARGETS[torch.cuda.get_device_capability()]).origin}"
 
 
 def compiled_backend(name: str, op: str, env_switch: str, verifier: Callable, fn: Callable, entry: str,
