@@ -1,6 +1,6 @@
 """Errors over the in-kernel gate's input regimes: ours (each backward) against fla on the same inputs.
 
-    python -m benchmarks.gate_regimes [--regimes all] [--layouts all] [--dtypes bf16,fp16] [--seeds 8]
+    python -m benchmarks.gate_regimes [--regimes all] [--layouts all] [--dtypes bf16,fp16] [--seeds 32]
                                       [--backwards default,triton_bwd] [--no-fla] [--tune-cache DIR] [--out DIR]
 
 The sweep is `reference.harness.GATE_REGIMES` (saturated, unsaturated, softplus, masked) on `LAYOUTS` (one sequence
@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--regimes", type=_all_or(tuple(GATE_REGIMES)), default=list(GATE_REGIMES))
     p.add_argument("--layouts", type=_all_or(tuple(LAYOUTS)), default=list(LAYOUTS))
     p.add_argument("--dtypes", type=csv_choice(tuple(TORCH_DTYPES)), default=["bf16", "fp16"])
-    p.add_argument("--seeds", type=positive_int, default=8, help="inputs pooled per case (default 8)")
+    p.add_argument("--seeds", type=positive_int, default=32,
+                   help="inputs pooled per case (default 32: with 8, dA_log's few heads cannot rank two kernels)")
     p.add_argument("--backwards", type=csv_choice(tuple(BACKWARDS)), default=list(BACKWARDS))
     p.add_argument("--no-fla", action="store_true", help="ours only")
     p.add_argument("--T", type=positive_int, help="tokens per row (default: the layout's, 512)")
@@ -74,7 +75,8 @@ def _fla():
 
 
 def case_rows_of(regime: str, layout: str, dtype: str, args, fla) -> list[dict]:
-    """Rows (one per implementation) of pooled errors for one point of the sweep."""
+    """Rows (one per implementation) of pooled errors for one point of the sweep; each row's `seeds` keeps its
+    per-seed sums (`case_errors`: {tensor: (squared error, squared reference)}), so that any subset pools again."""
     from triton_kda import backend_report, chunk_kda
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -94,7 +96,8 @@ def case_rows_of(regime: str, layout: str, dtype: str, args, fla) -> list[dict]:
         worst = max(e, key=lambda n: e[n] / theirs[n]) if theirs and impl != "fla" else None
         rows.append(dict(regime=regime, layout=layout, dtype=dtype, impl=impl, served=served.get(impl, ""),
                          errors=e, worst_vs_fla=e[worst] / theirs[worst] if worst else None, worst_tensor=worst,
-                         spread=ratio_spread(per_case, impl, "fla", worst) if worst else None))
+                         spread=ratio_spread(per_case, impl, "fla", worst) if worst else None,
+                         seeds=[c[impl] for c in per_case]))
     return rows
 
 

@@ -59,7 +59,7 @@ def test_ab_child_rows_are_parsed(monkeypatch, tmp_path):
 def test_gate_regimes_parser_and_fla_without_cuda(monkeypatch, capsys):
     args = gate_regimes.build_parser().parse_args(["--regimes", "all", "--layouts", "heads", "--dtypes", "bf16"])
     assert args.regimes == ["saturated", "unsaturated", "softplus", "masked"] and args.layouts == ["heads"]
-    assert args.backwards == ["default", "triton_bwd"] and args.seeds == 8
+    assert args.backwards == ["default", "triton_bwd"] and args.seeds == 32
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gate_regimes.main(["--regimes", "masked"]) == 2
     assert "--no-fla" in capsys.readouterr().err
@@ -89,6 +89,9 @@ def test_gate_regimes_runs_ours_through_the_interpreter(tmp_path, capsys):
     row = json.loads((tmp_path / "gate_regimes.jsonl").read_text())
     assert row["impl"] == "default" and row["served"] == "triton" and row["worst_vs_fla"] is None
     assert all(0 < row["errors"][n] < 2e-2 for n in gate_regimes.TENSORS)
+    (seed,) = row["seeds"]  # the per-seed sums pool again to the row's errors
+    assert all(abs((seed[n][0] / seed[n][1]) ** 0.5 - row["errors"][n]) <= 1e-9 * row["errors"][n]
+               for n in gate_regimes.TENSORS)
     assert (tmp_path / "gate_regimes.md").read_text().startswith("device: CPU interpreter")
 
 

@@ -6,7 +6,7 @@
 - Pre-gated flags in bf16 (g given as logsigmoid log decays, beta in (0, 1), l2norm): every output and gradient's
   error at most fla's, pooled over the seeds.
 - The gate-regime sweep (`reference.harness.GATE_REGIMES`: saturated, unsaturated, softplus and masked raw gates, on
-  one-sequence rows and GVA varlen, bf16 and fp16): every output and gradient's error at most fla's, pooled over 8
+  one-sequence rows and GVA varlen, bf16 and fp16): every output and gradient's error at most fla's, pooled over 32
   seeds (dA_log and ddt_bias over the oracle's sums of |terms|), with the default backward and (bf16) the Triton one
   forced.
 - fla's own masked varlen test in fp16 (90% of the raw gates -1000, A_log = log U(1, 16), dt_bias ~ randn): the
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from benchmarks.gate_regimes import BACKWARDS
-from reference.harness import GATE_REGIMES, LAYOUTS, case_errors, pool, pooled_errors, ratio_spread, regime_inputs
+from reference.harness import GATE_REGIMES, LAYOUTS, case_errors, pool, pooled_errors, regime_inputs
 from tests.utils import DEVICE, make_inputs
 from triton_kda import chunk_kda
 
@@ -108,38 +108,28 @@ def test_fla_masked_varlen_fp16():
 
 
 SWEEP = [(r, lay, dt) for r in GATE_REGIMES for lay in LAYOUTS for dt in (torch.bfloat16, torch.float16)]
-REGIME_SEEDS = range(8)
-# (regime, layout, dtype, tensor): where ours and fla's pooled errors are closer than the seed-to-seed spread of their
-# ratio, the margin ours may exceed fla's by: at most that measured spread (`reference.harness.ratio_spread`, the
-# test re-measures it) and never above 2%
-MARGINS = {
-    # H200, 2026-11-28 (docs/benchmarks/runs/2026-11-28_dalog): ours / fla 1.002, spread 1.1%
-    ("masked", "gva_varlen", "float16", "beta"): 0.01,
-}
+# 32 seeds: dA_log's pooled error rests on a few heads (each head's error one draw of a sum over its T x K terms), and
+# 8 seeds cannot rank two kernels there. H200, 2026-11-28 (docs/benchmarks/runs/2026-11-28_h200, per-seed sums):
+# saturated heads fp16, dA_log ours / fla x1.310 over seeds 0-7 (jackknife spread 58%), x0.828, x0.654, x0.617 over
+# the next three eights, x0.806 over all 32 (spread 16%); every tensor of every row of the sweep at or below fla's
+# over 32 seeds (worst x0.998, spread 0.2%)
+REGIME_SEEDS = range(32)
 
 
 @pytest.mark.parametrize("regime, layout, dtype", SWEEP,
                          ids=[f"{r}-{lay}-{str(dt).removeprefix('torch.')}" for r, lay, dt in SWEEP])
 def test_gate_regime_no_worse_than_fla(regime, layout, dtype):
     """The gate-regime sweep (`reference.harness.GATE_REGIMES` on `LAYOUTS`, K = V = 128, l2norm, states): every
-    output and gradient's error at most fla's on the same inputs (plus its MARGINS entry), pooled over REGIME_SEEDS,
-    with each backward; dA_log and ddt_bias, sums of many terms, by their error over the oracle's sum of |terms|
-    (`case_errors(by_terms=True)`), the measure kda-check judges them by."""
+    output and gradient's error at most fla's on the same inputs, pooled over REGIME_SEEDS, with each backward; dA_log
+    and ddt_bias, sums of many terms, by their error over the oracle's sum of |terms| (`case_errors(by_terms=True)`),
+    the measure kda-check judges them by."""
     fla = _fla()
     cases = [regime_inputs(regime, layout, dtype, s, device=DEVICE) for s in REGIME_SEEDS]
     backwards = BACKWARDS if dtype == torch.bfloat16 else {"default": {}}
     per_case = case_errors(cases, {**{b: chunk_kda for b in backwards}, "fla": fla}, envs=backwards, by_terms=True)
     errs = pool(per_case)
     theirs = errs.pop("fla")
-    dname = str(dtype).removeprefix("torch.")
-    worse = {}
-    for b, ours in errs.items():
-        for n in ours:
-            margin = MARGINS.get((regime, layout, dname, n), 0.0)
-            if margin:
-                spread = ratio_spread(per_case, b, "fla", n)
-                assert margin <= min(spread, 0.02), f"{b} {n}: margin {margin:.3f} above the spread {spread:.3f}"
-            if ours[n] > theirs[n] * (1 + margin):
-                worse.setdefault(b, []).append(n)
+    worse = {b: [n for n in ours if ours[n] > theirs[n]] for b, ours in errs.items()}
+    worse = {b: w for b, w in worse.items() if w}
     assert not worse, "ours worse than fla: " + "; ".join(
         f"{b} on {w}: " + _report(errs[b], theirs) for b, w in worse.items())
