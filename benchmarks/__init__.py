@@ -8,5 +8,6 @@
 - ``python -m benchmarks.report``: markdown tables and PNG plots from those rows.
 - ``python -m benchmarks.gpu_check``: one device call with correctness checks and a few timings.
 - ``benchmarks.suites`` (shapes, flag sets) and ``benchmarks.model`` (bytes/FLOPs model, roofline) are plain data and
-  pure functions. Importing this package touches no GPU.
+  pure functions; ``python -m benchmarks.fwd_model`` prints the byte, FLOP and chain floors of the forward's designs
+  from them. Importing this package touches no GPU.
 """

@@ -11,7 +11,7 @@ from dataclasses import astuple
 import pytest
 import torch
 
-from benchmarks import ab, cp_check, gate_regimes, impls, roofline, timing
+from benchmarks import ab, cp_check, fwd_model, gate_regimes, impls, roofline, timing
 
 
 def _row(tree, ms, shape="B2-T8192-H32-HV32-K128-V128", mode="fwdbwd", served=("chunk_kda:triton",)):
@@ -225,3 +225,24 @@ def test_stack_check_oracle_answers_fla_calls_in_the_callers_dtype():
     o, ht = oracle_kda(q, k, v, g, beta, output_final_state=True, **flags)
     ref, ref_ht = kda_recurrent(q, k, v, g, beta, output_final_state=True, **flags)
     assert o.dtype == torch.float32 and torch.equal(o, ref.float()) and torch.equal(ht, ref_ht)
+
+
+def test_fwd_model_floors_count_bytes_flops_and_the_chain(capsys):
+    s = fwd_model.parse_shape("B2-T8192-H32")
+    fused, split = (fwd_model.floors(s, d, 3.0, 690.0, 132) for d in ("fused", "split"))
+    states = 2 * 2 * 32 * 128 * 128 * 4
+    # fused: q, k, v, g (K bf16 each), beta in and o out per token-head; split adds qg, kg, w, u, Aqk and the chunk
+    # decay, written once and read once
+    assert fused.bytes == 2 * 8192 * 32 * (5 * 256 + 2) + states
+    assert split.bytes - fused.bytes == 2 * (2 * 8192 * 32 * (4 * 256 + 128) + 2 * 128 * 32 * 128 * 4)
+    assert fused.flops == split.flops == 2 * 8192 * 32 * (6 * 128 * 128 + 2 * 64 * 5 * 128)
+    assert fused.steps == 128 and fused.chains == 2 * 32 * 2
+    assert fused.byte_us == pytest.approx(fused.bytes / 3.0e6) and fused.floor_us == max(fused[4:])
+    assert fused.chain_us == pytest.approx(128 * 4 * 64 * 64 * 128 / (690e12 / 132) * 1e6)
+    varlen = fwd_model.floors(fwd_model.Shape(B=1, T=200, H=2, HV=2, seqlens=(130, 0, 70)), "fused", 3.0, 690.0, 132)
+    assert varlen.steps == 3 and varlen.chains == 2 * 2 * 2  # the empty sequence has no chain
+    with pytest.raises(ValueError, match="design must be"):
+        fwd_model.floors(s, "fast", 3.0, 690.0, 132)
+    assert fwd_model.main(["--card", "H200", "--seqlens", "100,28"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("H200: copy 4.24 TB/s") and out.count("| fused |") == 3
