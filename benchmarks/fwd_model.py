@@ -47,11 +47,16 @@ class Floors(NamedTuple):
         return max(self.byte_us, self.flop_us, self.chain_us)
 
 
+def seq_lengths(shape: Shape) -> list[int]:
+    """The shape's sequence lengths: its varlen `seqlens`, else B sequences of T tokens."""
+    return list(shape.seqlens) if shape.seqlens else [shape.T] * shape.B
+
+
 def workspace_bytes(shape: Shape) -> int:
     """Bytes of the split design's intra outputs over the shape's tokens: qg, kg, w [.., HV, K], u [.., HV, V], Aqk
     [.., HV, BT] in the input dtype and each chunk's decay [NT, HV, K] fp32."""
     e = DTYPE_BYTES[shape.dtype]
-    seqlens = list(shape.seqlens) if shape.seqlens else [shape.T] * shape.B
+    seqlens = seq_lengths(shape)
     chunks = sum(math.ceil(n / BT) for n in seqlens)
     return sum(seqlens) * shape.HV * (3 * shape.K + shape.V + BT) * e + chunks * shape.HV * shape.K * 4
 
@@ -65,7 +70,7 @@ def floors(shape: Shape, design: str, tbps: float, tflops: float, sms: int) -> F
         raise ValueError(f"floors: design must be 'split' or 'fused', got {design!r}")
     c = cost(shape, "fwd", chunk_size=BT, initial_state=True, final_state=True)
     nbytes = c.bytes + (2 * workspace_bytes(shape) if design == "split" else 0)
-    seqlens = list(shape.seqlens) if shape.seqlens else [shape.T] * shape.B
+    seqlens = seq_lengths(shape)
     steps = max(math.ceil(n / BT) for n in seqlens)
     step_flops = 2 * (2 * M_SLICE * BT * shape.K)  # v_new of the slice, then its state update
     return Floors(bytes=nbytes, flops=c.flops, steps=steps,

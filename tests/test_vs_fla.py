@@ -20,6 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from benchmarks import gate_regimes
 from benchmarks.gate_regimes import BACKWARDS
 from reference.harness import GATE_REGIMES, LAYOUTS, case_errors, pool, pooled_errors, regime_inputs
 from tests.utils import DEVICE, make_inputs
@@ -108,12 +109,7 @@ def test_fla_masked_varlen_fp16():
 
 
 SWEEP = [(r, lay, dt) for r in GATE_REGIMES for lay in LAYOUTS for dt in (torch.bfloat16, torch.float16)]
-# 32 seeds: dA_log's pooled error rests on a few heads (each head's error one draw of a sum over its T x K terms), and
-# 8 seeds cannot rank two kernels there. H200, 2026-11-28 (docs/benchmarks/runs/2026-11-28_h200, per-seed sums):
-# saturated heads fp16, dA_log ours / fla x1.310 over seeds 0-7 (jackknife spread 58%), x0.828, x0.654, x0.617 over
-# the next three eights, x0.806 over all 32 (spread 16%); every tensor of every row of the sweep at or below fla's
-# over 32 seeds (worst x0.998, spread 0.2%)
-REGIME_SEEDS = range(32)
+REGIME_SEEDS = range(gate_regimes.SEEDS)  # its comment says why 32
 
 
 @pytest.mark.parametrize("regime, layout, dtype", SWEEP,
