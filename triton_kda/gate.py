@@ -93,15 +93,15 @@ def _gate_cumsum_of(b_g, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K: tl.cons
     fp64 with EXACT_SCAN.
 
     EXACT_SCAN (fp32 inputs) sums and scales in fp64 and returns G in fp64, each G_i exact to fp64's rounding. The
-    forward kernels round it to fp32 once; the gate cumsum the backward reads (`gate_cumsum`) keeps it in fp64, and
-    the chunk-local backward takes the exponent of each decay 2^(G_i - G_j) as an fp64 difference rounded once
-    (`_exp2_gate`), right to an ulp of |G_i - G_j| rather than of |G|. G rounded to fp32 there put an ulp of |G| into
-    every exponent: at |G| of 100-300 log2 units (strong decays late in a chunk) 1e-5 relative error in each decay,
-    which the gate gradient of a strongly decaying row, a sum of decayed terms with no undecayed one, keeps in full
-    (2026-11-28, interpreter, K = V = 32, T64, two seeds, docs/benchmarks/runs/2026-11-28_dalog/g_rounding.py: fp32 dg
-    of the unsaturated lower-bound regime 3.6e-6 / 4.3e-6 with G in fp32, 5.0e-7 / 6.1e-7 with fp64 G in the backward
-    before the span kernel's diagonal change, and 4.6e-6 / 5.3e-6 from fp32 G alone in the fp64 oracle). fp64 G in the
-    forward kernels as well cost the H200 fp32 fwd+bwd at B2 T8192 H32 x1.12 (an uncommitted variant,
+    forward kernels round it to fp32 once; the gate cumsum the backward reads (`gate_cumsum`) keeps it as an fp32
+    pair (hi, lo), and the chunk-local backward takes the exponent of each decay 2^(G_i - G_j) from the pairs
+    (`_gate_diff`), right to about an ulp of |G_i - G_j| rather than of |G|. G rounded to fp32 there put an ulp of |G|
+    into every exponent: at |G| of 100-300 log2 units (strong decays late in a chunk) 1e-5 relative error in each
+    decay, which the gate gradient of a strongly decaying row, a sum of decayed terms with no undecayed one, keeps in
+    full (2026-11-28, interpreter, K = V = 32, T64, two seeds, docs/benchmarks/runs/2026-11-28_dalog/g_rounding.py: fp32
+    dg of the unsaturated lower-bound regime 3.6e-6 / 4.3e-6 with G in fp32, 5.0e-7 / 6.1e-7 with fp64 G in the
+    backward before the span kernel's diagonal change, and 4.6e-6 / 5.3e-6 from fp32 G alone in the fp64 oracle). fp64
+    G in the forward kernels as well cost the H200 fp32 fwd+bwd at B2 T8192 H32 x1.12 (an uncommitted variant,
     docs/benchmarks/runs/2026-11-28_dalog, call 1). An fp32 tl.cumsum on a GPU adds in a tree that follows the tile's
     layout, so nearby prefix sums carry independent errors of several ulps besides
     (2026-11-22 at 7bc5e02: dk 3.3e-5 with the strong-decay gate on an H200, where the interpreter's sequential fp32
@@ -120,10 +120,24 @@ def _gate_cumsum_of(b_g, A_log, dt_bias, i_hv, i_k, lower_bound, m_t, K: tl.cons
 
 
 @triton.jit
-def _exp2_gate(x):
-    """2^x in fp32 for an expression x of gate cumsums (fp64 where `_gate_cumsum_of` keeps them so: the exponent is
-    rounded once, after the difference)."""
-    return tl.exp2(x.to(tl.float32))
+def _gate_diff(hi_x, lo_x, hi_y, lo_y, PAIR: tl.constexpr):
+    """G_x - G_y in fp32 from gate cumsums held as fp32 pairs G = hi + lo (`gate_cumsum`): the his' difference is exact
+    where they are within a factor 2 of each other (Sterbenz) and otherwise rounded at its own magnitude, the los'
+    difference restores what rounding G to hi dropped. Without PAIR, hi_x - hi_y (lo_x, lo_y unused)."""
+    if PAIR:
+        return (hi_x - hi_y) + (lo_x - lo_y)
+    else:
+        return hi_x - hi_y
+
+
+@triton.jit
+def _gate_lo(p_lo, b_hi, PAIR: tl.constexpr):
+    """The lo tile of a gate-cumsum pair at block pointer p_lo; without PAIR, b_hi stands in (`_gate_diff` ignores
+    it)."""
+    if PAIR:
+        return tl.load(p_lo, boundary_check=(0, 1))
+    else:
+        return b_hi
 
 
 @triton.jit
@@ -137,19 +151,24 @@ def _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t,
 
 @triton.jit
 def _kda_gate_cumsum_fwd_kernel(
-    g, A_log, dt_bias, Gc, cu_seqlens, chunk_indices, lower_bound,
+    g, A_log, dt_bias, Gc, Gc_lo, cu_seqlens, chunk_indices, lower_bound,
     HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     GATE: tl.constexpr, HAS_A_LOG: tl.constexpr, HAS_DT_BIAS: tl.constexpr, PREC: tl.constexpr,
 ):
     """The gate cumsum G the backward reads, as the intra forward computes it: one program per (chunk, v-head, K slice).
         G_i = log2(e) sum_{j <= i in the chunk} gate_j
-    g [TT, HV, K] (raw); writes Gc [TT, HV, K] fp32 (fp64 under PREC "tf32x3": fp32 inputs, `gate_cumsum_dtype`)."""
+    g [TT, HV, K] (raw); writes Gc [TT, HV, K] fp32, under PREC "tf32x3" (fp32 inputs, `gate_cumsum_pair`) the fp64
+    cumsum as an fp32 pair: Gc = hi = G rounded to fp32, Gc_lo [TT, HV, K] = G - hi rounded to fp32."""
     i_t, i_hv, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, t0, n_valid, o_t, m_t = _chunk_rows(cu_seqlens, chunk_indices, i_t, BT)
     b_G = _gate_cumsum(g, A_log, dt_bias, bos, T, t0, i_hv, i_k, lower_bound, m_t, HV, K, BT, BK, GATE, HAS_A_LOG,
                        HAS_DT_BIAS, PREC == "tf32x3")
     p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-    tl.store(p_G, b_G.to(p_G.dtype.element_ty), boundary_check=(0, 1))
+    b_hi = b_G.to(tl.float32)
+    tl.store(p_G, b_hi, boundary_check=(0, 1))
+    if PREC == "tf32x3":
+        p_lo = tl.make_block_ptr(Gc_lo + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        tl.store(p_lo, (b_G - b_hi.to(tl.float64)).to(tl.float32), boundary_check=(0, 1))
 
 
 @triton.jit
@@ -208,23 +227,24 @@ def _kda_gate_bwd_kernel(
     tl.store(p_dg, b_dg.to(p_dg.dtype.element_ty), boundary_check=(0, 1))
 
 
-def gate_cumsum_dtype(prec: str) -> torch.dtype:
-    """The dtype of the gate cumsum Gc for a forward of precision `prec`: fp64 under "tf32x3" (fp32 inputs, whose
-    kernels keep G in fp64, `_gate_cumsum_of`), else fp32."""
-    return torch.float64 if prec == "tf32x3" else torch.float32
+def gate_cumsum_pair(prec: str) -> bool:
+    """Whether the gate cumsum Gc of a forward of precision `prec` is an fp32 pair (hi, lo): under "tf32x3" (fp32
+    inputs, whose kernels sum G in fp64, `_gate_cumsum_of`)."""
+    return prec == "tf32x3"
 
 
 def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: float | None, prec: str) -> torch.Tensor:
-    """Launch `_kda_gate_cumsum_fwd_kernel` on the (NT, HV, NK) grid: Gc [TT, HV, K] in `gate_cumsum_dtype(prec)`
-    from g [TT, HV, K] (raw, contiguous); A_log [HV] and dt_bias [HV * K] or None; gate: the GATE constexpr; prec: the
-    forward's."""
+    """Launch `_kda_gate_cumsum_fwd_kernel` on the (NT, HV, NK) grid: Gc [TT, HV, K] fp32, or [2, TT, HV, K] fp32 (hi,
+    lo) where `gate_cumsum_pair(prec)`, from g [TT, HV, K] (raw, contiguous); A_log [HV] and dt_bias [HV * K] or None;
+    gate: the GATE constexpr; prec: the forward's."""
     TT, HV, K = g.shape
     cfg = gate_bwd_config(arch_of(g.device), K)
     has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
-    Gc = torch.empty(TT, HV, K, device=g.device, dtype=gate_cumsum_dtype(prec))
+    pair = gate_cumsum_pair(prec)
+    Gc = torch.empty(*((2,) if pair else ()), TT, HV, K, device=g.device, dtype=torch.float32)
     launch_kernel(_kda_gate_cumsum_fwd_kernel, (plan.NT, HV, cdiv(K, cfg.BK)),
-        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, Gc, plan.cu_seqlens, plan.chunk_indices,
-        lower_bound if lower_bound is not None else 0.0,
+        g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, Gc[0] if pair else Gc, Gc[1] if pair else Gc,
+        plan.cu_seqlens, plan.chunk_indices, lower_bound if lower_bound is not None else 0.0,
         HV=HV, K=K, BT=BT, BK=cfg.BK, GATE=gate, HAS_A_LOG=has_a_log, HAS_DT_BIAS=has_dt_bias, PREC=prec,
         num_warps=cfg.num_warps,
     )

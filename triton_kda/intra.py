@@ -49,7 +49,16 @@ from triton_kda.configs import (
     precision_of,
     tuned,
 )
-from triton_kda.gate import GATE_LOWER_BOUND, _exp2_gate, _gate_cumsum, _gate_cumsum_of, _gate_tile, gate_bwd, gate_mode
+from triton_kda.gate import (
+    GATE_LOWER_BOUND,
+    _gate_cumsum,
+    _gate_cumsum_of,
+    _gate_diff,
+    _gate_lo,
+    _gate_tile,
+    gate_bwd,
+    gate_mode,
+)
 from triton_kda.launch import launch_kernel
 from triton_kda.wy import IntraOut, WYBwdOut
 
@@ -472,10 +481,10 @@ def _kda_intra_bwd_kernel(
     else:
         # 2^(G_i - G_j) = 2^(G_i - Ga) 2^(Ga - G_j): the first factor <= 1 for the block's rows, the second <= 1 for
         # columns before the block and <= 2^RANGE_MAX inside it
-        b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * _exp2_gate(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)),
+        b_kc = tl.where((o_t < (r + 1) * BC)[:, None], b_kn * tl.exp2(tl.minimum(b_Ga[None, :] - b_G, RANGE_MAX)),
                         0.0)
-        b_eA = tl.where(m_rk, _exp2_gate(b_G_r - b_Ga[None, :]), 0.0)
-        b_f = tl.where((o_t >= r * BC)[:, None], _exp2_gate(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
+        b_eA = tl.where(m_rk, tl.exp2(b_G_r - b_Ga[None, :]), 0.0)
+        b_f = tl.where((o_t >= r * BC)[:, None], tl.exp2(tl.minimum(b_G - b_Ga[None, :], RANGE_MAX)), 0.0)
         if PREC == "tf32blocksplit":
             # the block's own tokens' B operands as TF32 pairs (`_dot`'s "tf32split"), the rest rounded: the pairs'
             # second products over the diagonal block's [BC, BC] tiles of dAqk / dL
@@ -485,8 +494,8 @@ def _kda_intra_bwd_kernel(
                                       (1, 0))
             b_dAd = tl.load(p_dAd, boundary_check=(0, 1))
             b_dLd = tl.load(p_dLd, boundary_check=(0, 1))
-            b_f_r = _exp2_gate(tl.minimum(b_G_r - b_Ga[None, :], RANGE_MAX))
-            b_kc_r = _tf32_rest(b_kn_r * _exp2_gate(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)))
+            b_f_r = tl.exp2(tl.minimum(b_G_r - b_Ga[None, :], RANGE_MAX))
+            b_kc_r = _tf32_rest(b_kn_r * tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)))
             b_Rq = (_dot(b_dA, b_kc, None, "tf32rn") + _dot(b_dAd, b_kc_r, None, "tf32rn")) * b_eA
             b_RL = (_dot(b_dL, b_kc, None, "tf32rn") + _dot(b_dLd, b_kc_r, None, "tf32rn")) * b_eA
             b_C = _dot(b_dAt, b_qn * b_f, None, "tf32rn") + _dot(tl.trans(b_dAd), _tf32_rest(b_qn_r * b_f_r), None,
@@ -498,13 +507,13 @@ def _kda_intra_bwd_kernel(
             b_RL = _dot(b_dL, b_kc, None, PREC) * b_eA
             b_C = _dot(b_dAt, b_qn * b_f, None, PREC)
             b_C = _dot(b_dLt, b_kn * b_b[:, None] * b_f, b_C, PREC)
-        b_C *= tl.where(m_rk, _exp2_gate(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
+        b_C *= tl.where(m_rk, tl.exp2(tl.minimum(b_Ga[None, :] - b_G_r, RANGE_MAX)), 0.0)
 
     # the state side for the block's rows: do S^T, v_new dS^T, X = Akk^T dw = -dvb S^T (and rowsum(S dS), once)
     b_dqg, b_dkg, b_X, b_SdS = _state_side(h, dh, v_new, dvb, do, p_state, bos, T, s0, i_hv, o_k, m_k, HV, K, V, BC,
                                            BK, BV, V_FIRST, PREC_S, BF16_STATE)
-    b_eG = tl.where(m_rk, _exp2_gate(b_G_r), 0.0)
-    b_eGl = tl.where(m_rk, _exp2_gate(b_Gl[None, :] - b_G_r), 0.0)
+    b_eG = tl.where(m_rk, tl.exp2(b_G_r), 0.0)
+    b_eGl = tl.where(m_rk, tl.exp2(b_Gl[None, :] - b_G_r), 0.0)
     b_dkgl = b_dkg * b_eGl
 
     b_XeGb = b_X * b_eG * b_b_r[:, None]
@@ -514,7 +523,7 @@ def _kda_intra_bwd_kernel(
     # the gate gradient of each row m sums only terms whose decay spans m, so strong decays give small values without
     # cancellation: E (terms of G_i: qg, w, the rows and columns of Aqk / L) reaches the rows m <= i, F (terms of
     # G_last - G_j: kg) the rows m > j, the state's decay 2^G_last every row (E's last row of the chunk carries it)
-    b_S_last = tl.where((r * BC + o_c == n_valid - 1)[:, None], (b_SdS * _exp2_gate(b_Gl))[None, :], 0.0)
+    b_S_last = tl.where((r * BC + o_c == n_valid - 1)[:, None], (b_SdS * tl.exp2(b_Gl))[None, :], 0.0)
     b_E = b_kn_r * (b_XeGb + b_RLb - b_C) + b_qn_r * b_dqn + b_S_last
     tl.store(dbeta_k + (i_k * TT + bos + s0 + o_c).to(tl.int64) * HV + i_hv,
              tl.sum(b_kn_r * (b_X * b_eG + b_RL), axis=1), mask=m_r)
@@ -544,14 +553,14 @@ def _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kbn, b_G, b_G_r, r
         sel = (o_t == j)[:, None]
         b_Gj = tl.sum(tl.where(sel, b_G, 0.0), axis=0)
         b_knj = tl.sum(tl.where(sel, b_kn, 0.0), axis=0)
-        b_E = tl.where((o_r >= j)[:, None], _exp2_gate(tl.minimum(b_G_r - b_Gj[None, :], 0.0)), 0.0)
+        b_E = tl.where((o_r >= j)[:, None], tl.exp2(tl.minimum(b_G_r - b_Gj[None, :], 0.0)), 0.0)
         b_Rq += tl.sum(tl.where((o_t == j)[None, :], b_dA, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
         b_RL += tl.sum(tl.where((o_t == j)[None, :], b_dL, 0.0), axis=1)[:, None] * b_knj[None, :] * b_E
     b_C = tl.zeros(b_G_r.shape, dtype=tl.float32)
     for jj in range(BC):
         sel = (o_c == jj)[:, None]
         b_Gj = tl.sum(tl.where(sel, b_G_r, 0.0), axis=0)
-        b_E = tl.where((o_t >= r * BC + jj)[:, None], _exp2_gate(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
+        b_E = tl.where((o_t >= r * BC + jj)[:, None], tl.exp2(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
         b_a = tl.sum(tl.where(sel, b_dAt, 0.0), axis=0)
         b_l = tl.sum(tl.where(sel, b_dLt, 0.0), axis=0)
         b_C += tl.where(sel, tl.sum((b_a[:, None] * b_qn + b_l[:, None] * b_kbn) * b_E, axis=0)[None, :], 0.0)
@@ -560,12 +569,12 @@ def _intra_sums_exact(b_dA, b_dL, b_dAt, b_dLt, b_qn, b_kn, b_kbn, b_G, b_G_r, r
 
 @triton.jit
 def _kda_intra_bwd_span_kernel(
-    q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
+    q, k, Gc, Gc_lo, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, dvb, do, dAqk, dL,
     dq, dk, dD, dW, dbeta_k,
     cu_seqlens, chunk_indices, scale, TT,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr,
-    PREC: tl.constexpr, PREC_S: tl.constexpr, BF16_STATE: tl.constexpr,
+    PREC: tl.constexpr, PREC_S: tl.constexpr, BF16_STATE: tl.constexpr, GC_PAIR: tl.constexpr,
 ):
     """`_kda_intra_bwd_kernel` with the gate gradient in its spanning form (fp16 and fp32 inputs): the same grid,
     inputs and dq, dk, dbeta_k; the sums split by BC-row block.
@@ -580,8 +589,9 @@ def _kda_intra_bwd_span_kernel(
     dW[c, r, s + 1] the pair terms with the column in block s < r (they span the blocks between) and
     dW[c, NC, r + 1] the kg terms of block r (they span every later block); `_kda_gate_bwd_kernel` adds them up.
     Inside a block the pair terms enter as row minus column sums (cancelling at most the block's own off-diagonal
-    pairs). Gc is fp64 for fp32 inputs (`gate.gate_cumsum_dtype`): then G of the chunk's last token comes from Gc, not
-    from its fp32 rounding in gl.
+    pairs). GC_PAIR (fp32 inputs, `gate.gate_cumsum_pair`): G is the fp32 pair Gc + Gc_lo (else Gc alone, Gc_lo
+    unread), every exponent a difference of pairs (`_gate_diff`), and G of the chunk's last token comes from the pair,
+    not from its fp32 rounding in gl.
     """
     NC: tl.constexpr = BT // BC
     i_t, r, i_hv, i_k, bos, T, t0, s0, n_valid, o_c, m_r, o_k, m_k = _intra_bwd_program(cu_seqlens, chunk_indices,
@@ -597,18 +607,25 @@ def _kda_intra_bwd_span_kernel(
 
     # this block's rows: G (anchor Ga = its first row), qn, kn, beta; u = qn 2^(G - Ga), w = kbn 2^(G - Ga); and the
     # block's own [BC, BC] tiles of dAqk and dL, as rows and as columns
+    # (G tiles and rows as hi and lo: `_gate_diff`; lo is hi itself without GC_PAIR)
     p_Gr = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
+    p_Gr_lo = tl.make_block_ptr(Gc_lo + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s0, i_k * BK), (BC, BK), (1, 0))
     b_G_r = tl.load(p_Gr, boundary_check=(0, 1))
+    b_G_r_lo = _gate_lo(p_Gr_lo, b_G_r, GC_PAIR)
     b_Ga = tl.sum(tl.where((o_c == 0)[:, None], b_G_r, 0.0), axis=0)
-    if Gc.dtype.element_ty == tl.float64:
-        # G of the chunk's last token as Gc holds it (gl is its fp32 rounding)
-        b_Gl = tl.load(Gc + ((bos + t0 + n_valid - 1) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
+    b_Ga_lo = tl.sum(tl.where((o_c == 0)[:, None], b_G_r_lo, 0.0), axis=0)
+    if GC_PAIR:
+        # G of the chunk's last token as the pair holds it (gl is its fp32 rounding)
+        p_last = ((bos + t0 + n_valid - 1) * HV + i_hv).to(tl.int64) * K + o_k
+        b_Gl = tl.load(Gc + p_last, mask=m_k, other=0.0)
+        b_Gl_lo = tl.load(Gc_lo + p_last, mask=m_k, other=0.0)
     else:
         b_Gl = tl.load(gl + (i_t * HV + i_hv).to(tl.int64) * K + o_k, mask=m_k, other=0.0)
+        b_Gl_lo = b_Gl
     b_qn_r, b_kn_r, b_b_r = _block_rows(q, k, rstd_q, rstd_k, beta_act, bos, T, s0, i_h, i_k, p_rows, m_r, scale, H, K,
                                         BC, BK)
     b_kbn_r = b_kn_r * b_b_r[:, None]
-    b_eA = tl.where(m_rk, _exp2_gate(b_G_r - b_Ga[None, :]), 0.0)
+    b_eA = tl.where(m_rk, tl.exp2(_gate_diff(b_G_r, b_G_r_lo, b_Ga[None, :], b_Ga_lo[None, :], GC_PAIR)), 0.0)
     b_u = b_qn_r * b_eA
     b_w = b_kbn_r * b_eA
     p_dA = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (T, BT), (HV * BT, 1), (s0, r * BC), (BC, BC), (1, 0))
@@ -624,15 +641,16 @@ def _kda_intra_bwd_span_kernel(
     # gradient's tile), up (gate terms reaching the rows m <= i) and dn (reaching the rows m > j)
     b_dqg, b_dkg, b_X, b_SdS = _state_side(h, dh, v_new, dvb, do, p_state, bos, T, s0, i_hv, o_k, m_k, HV, K, V, BC,
                                            BK, BV, V_FIRST, PREC_S, BF16_STATE)
-    b_eG = tl.where(m_rk, _exp2_gate(b_G_r), 0.0)
+    b_eG = tl.where(m_rk, tl.exp2(b_G_r), 0.0)  # hi: G rounded to fp32 once
     b_dqn = b_dqg * b_eG
     b_dbk = b_X * b_eG
-    b_dkgl = b_dkg * tl.where(m_rk, _exp2_gate(b_Gl[None, :] - b_G_r), 0.0)
+    b_dkgl = b_dkg * tl.where(m_rk, tl.exp2(_gate_diff(b_Gl[None, :], b_Gl_lo[None, :], b_G_r, b_G_r_lo, GC_PAIR)),
+                              0.0)
     b_dkn = b_dbk * b_b_r[:, None] + b_dkgl
     # terms of G_i (qg, w; the state's decay 2^G_last on the chunk's last row) reach the rows m <= i, terms of -G_j
     # (kg) the rows m > j
     b_up = b_kbn_r * b_dbk + b_qn_r * b_dqn
-    b_up += tl.where((r * BC + o_c == n_valid - 1)[:, None], (b_SdS * _exp2_gate(b_Gl))[None, :], 0.0)
+    b_up += tl.where((r * BC + o_c == n_valid - 1)[:, None], (b_SdS * tl.exp2(b_Gl))[None, :], 0.0)
     b_dn = b_kn_r * b_dkgl
     tl.store(p_W + r * (NC + 1) * HV * K, tl.sum(b_up, axis=0), mask=m_k)
     tl.store(p_W + (NC * (NC + 1) + r + 1) * HV * K, tl.sum(b_dn, axis=0), mask=m_k)
@@ -644,10 +662,14 @@ def _kda_intra_bwd_span_kernel(
         p_ks = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0 + s * BC, i_k * BK), (BC, BK), (1, 0))
         p_Gs = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0 + s * BC, i_k * BK), (BC, BK),
                                  (1, 0))
+        p_Gs_lo = tl.make_block_ptr(Gc_lo + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0 + s * BC, i_k * BK),
+                                    (BC, BK), (1, 0))
         b_rk = tl.load(rstd_k + (bos + t0 + s * BC + o_c).to(tl.int64) * HV + i_hv, mask=s * BC + o_c < n_valid,
                        other=0.0)
         b_kc = tl.load(p_ks, boundary_check=(0, 1)).to(tl.float32) * b_rk[:, None]
-        b_kc *= _exp2_gate(tl.minimum(b_Ga[None, :] - tl.load(p_Gs, boundary_check=(0, 1)), RANGE_MAX))
+        b_Gs = tl.load(p_Gs, boundary_check=(0, 1))
+        b_kc *= tl.exp2(tl.minimum(_gate_diff(b_Ga[None, :], b_Ga_lo[None, :], b_Gs, _gate_lo(p_Gs_lo, b_Gs, GC_PAIR),
+                                              GC_PAIR), RANGE_MAX))
         b_Rs = _dot(tl.load(p_dAs, boundary_check=(0, 1)), b_kc, None, PREC)
         b_Ls = _dot(tl.load(p_dLs, boundary_check=(0, 1)), b_kc, None, PREC)
         b_Ws = b_u * b_Rs + b_w * b_Ls
@@ -660,9 +682,15 @@ def _kda_intra_bwd_span_kernel(
     # rows in a later block (anchor Gn = the next block's first row)
     if (r + 1) * BC < n_valid:
         p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
+        p_G_lo = tl.make_block_ptr(Gc_lo + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
+                                   (1, 0))
         b_G = tl.load(p_G, boundary_check=(0, 1))
+        b_G_lo = _gate_lo(p_G_lo, b_G, GC_PAIR)
         b_Gn = tl.sum(tl.where((o_t == (r + 1) * BC)[:, None], b_G, 0.0), axis=0)
-        b_f = tl.where((o_t >= (r + 1) * BC)[:, None], _exp2_gate(tl.minimum(b_G - b_Gn[None, :], RANGE_MAX)), 0.0)
+        b_Gn_lo = tl.sum(tl.where((o_t == (r + 1) * BC)[:, None], b_G_lo, 0.0), axis=0)
+        b_f = tl.where((o_t >= (r + 1) * BC)[:, None],
+                       tl.exp2(tl.minimum(_gate_diff(b_G, b_G_lo, b_Gn[None, :], b_Gn_lo[None, :], GC_PAIR),
+                                          RANGE_MAX)), 0.0)
         p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
         b_qf = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32) * b_f
@@ -674,7 +702,8 @@ def _kda_intra_bwd_span_kernel(
         p_dLc = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, t0), (BC, BT), (0, 1))
         b_C = _dot(tl.load(p_dAc, boundary_check=(0, 1)), b_qf, None, PREC)
         b_C = _dot(tl.load(p_dLc, boundary_check=(0, 1)), b_kf, b_C, PREC)
-        b_C *= tl.where(m_rk, _exp2_gate(tl.minimum(b_Gn[None, :] - b_G_r, RANGE_MAX)), 0.0)
+        b_C *= tl.where(m_rk, tl.exp2(tl.minimum(_gate_diff(b_Gn[None, :], b_Gn_lo[None, :], b_G_r, b_G_r_lo, GC_PAIR),
+                                                 RANGE_MAX)), 0.0)
         b_dkn += b_C
         b_dn += b_kn_r * b_C
 
@@ -690,9 +719,10 @@ def _kda_intra_bwd_span_kernel(
     b_dqn += b_dA_ii[:, None] * b_kn_r
     b_dkn += b_dA_ii[:, None] * b_qn_r
     if tl.max(tl.max(tl.where(m_rk, b_Ga[None, :] - b_G_r, 0.0), axis=1), axis=0) > RANGE_MAX:
-        b_Rq, b_RL, b_C = _inblock_exact(b_dA, b_dL, b_qn_r, b_kn_r, b_kbn_r, b_G_r, BC)
+        b_Rq, b_RL, b_C = _inblock_exact(b_dA, b_dL, b_qn_r, b_kn_r, b_kbn_r, b_G_r, b_G_r_lo, BC, GC_PAIR)
     else:
-        b_eB = tl.where(m_rk, _exp2_gate(b_Ga[None, :] - b_G_r), 0.0)  # <= 2^RANGE_MAX
+        b_eB = tl.where(m_rk, tl.exp2(_gate_diff(b_Ga[None, :], b_Ga_lo[None, :], b_G_r, b_G_r_lo, GC_PAIR)),
+                        0.0)  # <= 2^RANGE_MAX
         b_ka = b_kn_r * b_eB
         b_Rq = _dot(b_dA, b_ka, None, PREC) * b_eA
         b_RL = _dot(b_dL, b_ka, None, PREC) * b_eA
@@ -726,9 +756,9 @@ def _cumsum_exclusive(x):
 
 
 @triton.jit
-def _inblock_exact(b_dA, b_dL, b_qn, b_kn, b_kbn, b_G, BC: tl.constexpr):
+def _inblock_exact(b_dA, b_dL, b_qn, b_kn, b_kbn, b_G, b_G_lo, BC: tl.constexpr, PAIR: tl.constexpr):
     """The in-block sums of `_kda_intra_bwd_span_kernel`, exact for any gate range (column by column): Rq, RL, C
-    [BC, BK]; b_dA, b_dL [BC, BC]; b_qn, b_kn, b_kbn, b_G [BC, BK] the block's rows."""
+    [BC, BK]; b_dA, b_dL [BC, BC]; b_qn, b_kn, b_kbn, b_G (hi), b_G_lo [BC, BK] the block's rows (`_gate_diff`)."""
     o_c = tl.arange(0, BC)
     b_Rq = tl.zeros(b_G.shape, dtype=tl.float32)
     b_RL = tl.zeros(b_G.shape, dtype=tl.float32)
@@ -736,8 +766,10 @@ def _inblock_exact(b_dA, b_dL, b_qn, b_kn, b_kbn, b_G, BC: tl.constexpr):
     for j in range(BC):
         sel = (o_c == j)[:, None]
         b_Gj = tl.sum(tl.where(sel, b_G, 0.0), axis=0)
+        b_Gj_lo = tl.sum(tl.where(sel, b_G_lo, 0.0), axis=0)
         b_knj = tl.sum(tl.where(sel, b_kn, 0.0), axis=0)
-        b_E = tl.where(o_c[:, None] >= j, _exp2_gate(tl.minimum(b_G - b_Gj[None, :], 0.0)), 0.0)
+        b_E = tl.where(o_c[:, None] >= j,
+                       tl.exp2(tl.minimum(_gate_diff(b_G, b_G_lo, b_Gj[None, :], b_Gj_lo[None, :], PAIR), 0.0)), 0.0)
         b_a = tl.sum(tl.where((o_c == j)[None, :], b_dA, 0.0), axis=1)
         b_l = tl.sum(tl.where((o_c == j)[None, :], b_dL, 0.0), axis=1)
         b_Rq += b_a[:, None] * b_knj[None, :] * b_E
@@ -771,9 +803,13 @@ def intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WY
                     span: bool) -> IntraLocalOut:
     """The chunk-local backward: `_kda_intra_bwd_span_kernel` (span) or `_kda_intra_bwd_kernel` on the
     (NT * NC, HV, NK) grid; shapes as in their docstrings (contiguous, flattened to TT tokens); gate: the GATE
-    constexpr (part of the launch-table key); wy: `wy_bwd`'s outputs."""
+    constexpr (part of the launch-table key); wy: `wy_bwd`'s outputs; Gc: `gate.gate_cumsum`'s (the E-form reads hi of
+    a pair)."""
     TT, H, K = q.shape
-    HV, V = Gc.shape[1], v_new.shape[2]
+    HV, V = Gc.shape[-2], v_new.shape[2]
+    pair = Gc.dim() == 4  # (hi, lo) for fp32 inputs
+    hi = Gc[0] if pair else Gc
+    G = (hi, Gc[1] if pair else hi) if span else (hi,)
     arch = arch_of(q.device)
     f32 = dict(device=q.device, dtype=torch.float32)
     dq, dk, dD = (torch.empty(TT, HV, K, **f32) for _ in range(3))
@@ -787,10 +823,11 @@ def intra_local_bwd(q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy: WY
         dbeta = torch.empty(NK, TT, HV, **f32)
         dW = torch.empty(plan.NT, NC + 1, NC + 1, HV, K, **f32) if span else torch.empty(TT, HV, K, **f32)
         launch_kernel(kernel, (plan.NT * NC, HV, NK),
-            q, k, Gc, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dD, dW, dbeta,
+            q, k, *G, gl, rstd_q, rstd_k, beta_act, h, dh, v_new, wy.dvb, do, wy.dAqk, wy.dL, dq, dk, dD, dW, dbeta,
             plan.cu_seqlens, plan.chunk_indices, scale, TT,
             H=H, HV=HV, K=K, V=V, BT=BT, BC=cfg.BC, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, PREC=prec,
-            PREC_S=prec_state, BF16_STATE=bf16_state, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            PREC_S=prec_state, BF16_STATE=bf16_state, **(dict(GC_PAIR=pair) if span else {}),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         return dbeta, dW
 

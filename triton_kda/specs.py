@@ -22,7 +22,7 @@ from triton_kda.configs import (
     wy_fwd_config,
 )
 from triton_kda.fmha.specs import fmha_compile_specs
-from triton_kda.gate import _kda_gate_bwd_kernel, _kda_gate_cumsum_fwd_kernel, gate_cumsum_dtype
+from triton_kda.gate import _kda_gate_bwd_kernel, _kda_gate_cumsum_fwd_kernel, gate_cumsum_pair
 from triton_kda.intra import _kda_intra_bwd_kernel, _kda_intra_bwd_span_kernel, _kda_intra_fwd_kernel
 from triton_kda.pool import _kda_pool_gather_fwd_kernel, _kda_pool_scatter_fwd_kernel
 from triton_kda.qk import _kda_qk_bwd_kernel
@@ -53,7 +53,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
         for dname, (ty, is_bf16, dtype) in _DTYPES.items():
             prec, bp = precision_of(dtype), bwd_precision_of(dtype)
             bprec = bp.products
-            gc_ty = "*fp64" if gate_cumsum_dtype(prec) == torch.float64 else "*fp32"
+            gc_pair = gate_cumsum_pair(prec)
             for BT in (32, 64):
                 ic = intra_config(arch, K, V)
                 sig = {n: "*fp32" for n in ("gl", "rstd_q", "rstd_k", "beta_act")}
@@ -114,7 +114,7 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 wc = wy_bwd_config(arch, K, V)
                 sig = {n: f"*{ty}" for n in ("k", "v", "v_new", "do", "dv")}
                 sig.update({n: "*fp32" for n in ("rstd_k", "beta_act", "h", "dv_new", "dvb", "dAqk", "dL", "dbeta_v")})
-                sig["Gc"] = gc_ty
+                sig["Gc"] = "*fp32"
                 sig["Akk"] = f"*{ty}" if is_bf16 else "*fp32"
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BK=wc.BK, BV=wc.BV, V_FIRST=False,
@@ -126,11 +126,15 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                 gate_terms = ("dD", "dW") if bp.gate_span else ("dE", "dF")
                 sig.update({n: "*fp32" for n in ("gl", "rstd_q", "rstd_k", "beta_act", "dvb", "dAqk", "dL", "dq", "dk",
                                                  *gate_terms, "dbeta_k")})
-                sig["Gc"] = gc_ty
+                sig["Gc"] = sig["Gc_lo"] = "*fp32"
                 sig["h"] = sig["dh"] = "*bf16" if is_bf16 else "*fp32"  # grad_state_dtype
                 sig.update({"cu_seqlens": "*i64", "chunk_indices": "*i32", "scale": "fp32", "TT": "i32"})
                 ce = dict(H=4, HV=8, K=K, V=V, BT=BT, BC=bc.BC, BK=bc.BK, BV=bc.BV, V_FIRST=False, PREC=bp.intra,
                           PREC_S=bp.intra_state, BF16_STATE=is_bf16)
+                if bp.gate_span:
+                    ce["GC_PAIR"] = gc_pair
+                else:
+                    del sig["Gc_lo"]
                 kernel = _kda_intra_bwd_span_kernel if bp.gate_span else _kda_intra_bwd_kernel
                 specs.append(CompileSpec(f"intra_bwd K{K} V{V} BT{BT} {dname}", kernel, sig, ce, bc.num_warps,
                                          bc.num_stages))
@@ -147,8 +151,8 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                           HAS_DT_BIAS=True)
                 specs.append(CompileSpec(f"gate_bwd K{K} BT{BT} {dname}", _kda_gate_bwd_kernel, sig, ce,
                                          gc.num_warps, 1))
-                sig = {"g": f"*{ty}", "A_log": "*fp32", "dt_bias": "*fp32", "Gc": gc_ty, "cu_seqlens": "*i64",
-                       "chunk_indices": "*i32", "lower_bound": "fp32"}
+                sig = {"g": f"*{ty}", "A_log": "*fp32", "dt_bias": "*fp32", "Gc": "*fp32", "Gc_lo": "*fp32",
+                       "cu_seqlens": "*i64", "chunk_indices": "*i32", "lower_bound": "fp32"}
                 ce = dict(HV=8, K=K, BT=BT, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True, PREC=prec)
                 specs.append(CompileSpec(f"gate_cumsum K{K} BT{BT} {dname}", _kda_gate_cumsum_fwd_kernel, sig, ce,
                                          gc.num_warps, 1))

@@ -9,7 +9,7 @@ import triton.language as tl
 
 from triton_kda._jit import _chunk_rows, _dot, _dot_split, _op, _pow2_scale, _split_operand, _state_offsets, _store_pair
 from triton_kda.configs import arch_of, fp32_pairs, precision_of, wy_bwd_config, wy_fwd_config
-from triton_kda.gate import _exp2_gate, _gate_cumsum, gate_mode
+from triton_kda.gate import _gate_cumsum, gate_mode
 from triton_kda.launch import launch_kernel
 
 
@@ -158,11 +158,11 @@ def _kda_wy_bwd_kernel(
     """Backward through u = Akk (beta v), w = Akk kb and Akk = (I + L)^-1 (kb = beta kn 2^G), and the Aqk gradient;
     one program per (chunk, v-head), V in slices of BV.
 
-    k [TT, H, K]; v, do [TT, HV, V]; Gc [TT, HV, K] fp32 (the gate cumsum, `gate_cumsum`); rstd_k, beta_act
-    [TT, HV] fp32; Akk [TT, HV, BT] (as the forward stored it); h [NT, HV, K, V] fp32 ([NT, HV, V, K] if V_FIRST;
-    read with VIA_STATE only); v_new [TT, HV, V]; dv_new [TT, HV, V] fp32 from the reverse state pass. With S = h[c],
-    the gradient of Akk is dA = dv_new (beta v - kb S)^T (dw = -dv_new S^T is never materialised) and
-    dL = -Akk^T dA Akk^T. As v_new = u - w S = Akk (beta v - kb S), dA = dv_new v_new^T (I + L)^T and
+    k [TT, H, K]; v, do [TT, HV, V]; Gc [TT, HV, K] fp32 (the gate cumsum, `gate_cumsum`, hi of its pair for fp32
+    inputs); rstd_k, beta_act [TT, HV] fp32; Akk [TT, HV, BT] (as the forward stored it); h [NT, HV, K, V] fp32
+    ([NT, HV, V, K] if V_FIRST; read with VIA_STATE only); v_new [TT, HV, V]; dv_new [TT, HV, V] fp32 from the reverse
+    state pass. With S = h[c], the gradient of Akk is dA = dv_new (beta v - kb S)^T (dw = -dv_new S^T is never
+    materialised) and dL = -Akk^T dA Akk^T. As v_new = u - w S = Akk (beta v - kb S), dA = dv_new v_new^T (I + L)^T and
     dL = -dvb v_new^T: that form needs neither S nor kb (k, Gc, rstd_k and h are then not read). VIA_STATE (fp32
     inputs) forms dA from S instead, in K slices of BK: it does not carry v_new's rounding (through v_new, the fp32
     test cases' dg and dA_log errors vs fp64 were up to 1.6x and 2.9x larger).
@@ -207,7 +207,7 @@ def _kda_wy_bwd_kernel(
                 p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
                                         (1, 0))
                 b_kb = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_rkb[:, None]
-                b_kb *= _exp2_gate(tl.load(p_G, boundary_check=(0, 1)))
+                b_kb *= tl.exp2(tl.load(p_G, boundary_check=(0, 1)))
                 b_S = tl.load(h + p_state + off_h, mask=(o_k < K)[:, None] & (o_v < V)[None, :], other=0.0)
                 b_S = b_S.to(tl.float32)
                 b_P += _dot(b_kb, b_S, None, PREC)
@@ -249,8 +249,9 @@ def wy_bwd(k, v, Gc: Callable[[], torch.Tensor], rstd_k, beta_act, Akk, h, v_new
     out = WYBwdOut(dv=torch.empty_like(v), dvb=torch.empty(TT, HV, V, **f32), dAqk=torch.empty(TT, HV, BT, **f32),
                    dL=torch.empty(TT, HV, BT, **f32), dbeta=torch.empty(TT, HV, **f32))
     launch_kernel(_kda_wy_bwd_kernel, (plan.NT, HV),
-        # without VIA_STATE the kernel reads no Gc: an fp32 tensor of this call stands in for it
-        k, v, Gc() if via_state else out.dAqk, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens,
+        # without VIA_STATE the kernel reads no Gc: an fp32 tensor of this call stands in for it; of a pair (fp32
+        # inputs, `gate.gate_cumsum`) it reads hi, G rounded to fp32 (2^G alone needs no more)
+        k, v, Gc()[0] if via_state else out.dAqk, rstd_k, beta_act, Akk, h, v_new, dv_new, do, *out, plan.cu_seqlens,
         plan.chunk_indices,
         H=H, HV=HV, K=K, V=V, BT=BT, BK=cfg.BK, BV=cfg.BV, V_FIRST=state_v_first, VIA_STATE=via_state, PREC=prec,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
