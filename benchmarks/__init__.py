@@ -9,5 +9,6 @@
 - ``python -m benchmarks.gpu_check``: one device call with correctness checks and a few timings.
 - ``benchmarks.suites`` (shapes, flag sets) and ``benchmarks.model`` (bytes/FLOPs model, roofline) are plain data and
   pure functions; ``python -m benchmarks.fwd_model`` prints the byte, FLOP and chain floors of the forward's designs
-  from them. Importing this package touches no GPU.
+  from them, ``python -m benchmarks.bwd_model`` those of the training step's designs kernel by kernel. Importing this
+  package touches no GPU.
 """

@@ -11,7 +11,7 @@ from dataclasses import astuple
 import pytest
 import torch
 
-from benchmarks import ab, cp_check, fwd_model, gate_regimes, impls, roofline, timing
+from benchmarks import ab, bwd_model, cp_check, fwd_model, gate_regimes, impls, roofline, timing
 
 
 def _row(tree, ms, shape="B2-T8192-H32-HV32-K128-V128", mode="fwdbwd", served=("chunk_kda:triton",)):
@@ -246,3 +246,27 @@ def test_fwd_model_floors_count_bytes_flops_and_the_chain(capsys):
     assert fwd_model.main(["--card", "H200", "--seqlens", "100,28"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("H200: copy 4.24 TB/s") and out.count("| fused |") == 3
+
+
+def test_bwd_model_matches_the_measured_step_and_counts_each_kernel(capsys):
+    """The split design's bytes per kernel are the distinct tensors the H100 roofline counted at B2 T8192 H32
+    (docs/benchmarks/runs/2026-11-27_step_kernels; its WY backward also counted k, h and rstd_k, passed but unread);
+    GVA adds the q/k backward; the fused design moves about half the bytes."""
+    s = bwd_model.parse_shape("B2-T8192-H32")
+    split = {f.name: f for f in bwd_model.floors(s, "split", 3.0, 690.0, 132)}
+    measured_mb = {"intra forward": 1220, "WY recompute": 1151, "state backward": 1145, "chunk-local backward": 2171}
+    for name, mb in measured_mb.items():
+        assert split[name].bytes / 1e6 == pytest.approx(mb, rel=0.01), name
+    assert (split["state forward"].bytes + split["state recompute"].bytes) / 1e6 == pytest.approx(1753, rel=0.01)
+    assert (split["WY backward"].bytes + 134.2e6 + 268.4e6 + 2.1e6) / 1e6 == pytest.approx(1818, rel=0.01)
+    assert [k.chain for k in bwd_model.kernels(s, "split")].count(True) == 3
+    assert split["chunk-local backward"].floor_us == pytest.approx(split["chunk-local backward"].bytes / 3.0e6)
+    fused = bwd_model.floors(s, "fused", 3.0, 690.0, 132)
+    assert 0.5 < sum(f.bytes for f in fused) / sum(f.bytes for f in split.values()) < 0.55
+    gva = [k.name for k in bwd_model.kernels(bwd_model.parse_shape("B2-T8192-H8-HV64"), "split")]
+    assert gva[-1] == "q/k backward" and "q/k backward" not in split
+    with pytest.raises(ValueError, match="design must be"):
+        bwd_model.kernels(s, "fast")
+    assert bwd_model.main(["--card", "H200", "--shape", "B1-T256-H2", "--design", "fused"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("H200: copy 4.24 TB/s") and out.count("| fused |") == 4 and "| split |" not in out
