@@ -25,7 +25,7 @@ import argparse
 import math
 from typing import NamedTuple
 
-from benchmarks.fwd_model import BT, CARDS, M_SLICE, seq_lengths
+from benchmarks.fwd_model import BT, M_SLICE, add_card_args, card_rates, seq_lengths, shape_name
 from benchmarks.model import DTYPE_BYTES
 from benchmarks.suites import Shape, parse_shape
 
@@ -132,7 +132,7 @@ def table(shapes: list[Shape], designs: tuple[str, ...], tbps: float, tflops: fl
     lines = ["| shape | design | kernel | MB | GFLOP | byte floor us | FLOP floor us | chain floor us | floor us |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for s in shapes:
-        name = (f"varlen {list(s.seqlens)} " if s.seqlens else f"B{s.B} T{s.T} ") + f"H{s.H} HV{s.HV} K{s.K} V{s.V}"
+        name = shape_name(s)
         for design in designs:
             fl = floors(s, design, tbps, tflops, sms)
             for f in fl:
@@ -151,17 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append", default=None,
                    help="B2-T8192-H32[-HV64][-K256][-V256] (repeatable; default: B2-T8192-H32)")
     p.add_argument("--design", choices=DESIGNS, action="append", default=None, help="default: both")
-    p.add_argument("--card", choices=sorted(CARDS), default="H100")
-    p.add_argument("--tbps", type=float, default=None, help="copy bandwidth, TB/s (default: the card's)")
-    p.add_argument("--tflops", type=float, default=None, help="bf16 matmul rate, TFLOP/s (default: the card's)")
-    p.add_argument("--sms", type=int, default=None, help="SM count (default: the card's)")
+    add_card_args(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    tbps, tflops, sms = CARDS[args.card]
-    tbps, tflops, sms = args.tbps or tbps, args.tflops or tflops, args.sms or sms
+    tbps, tflops, sms = card_rates(args)
     shapes = [parse_shape(t) for t in (args.shape or ["B2-T8192-H32"])]
     print(f"{args.card}: copy {tbps} TB/s, bf16 matmul {tflops} TFLOP/s, {sms} SMs; chunk {BT}, chain slice {M_SLICE}")
     print("\n".join(table(shapes, tuple(args.design or DESIGNS), tbps, tflops, sms)))

@@ -79,13 +79,32 @@ def floors(shape: Shape, design: str, tbps: float, tflops: float, sms: int) -> F
                   chain_us=steps * step_flops / (tflops * 1e12 / sms) * 1e6)
 
 
+def shape_name(s: Shape) -> str:
+    """A table row's shape: `B2 T8192 H32 HV32 K128 V128` or `varlen [lens] H.. HV.. K.. V..`."""
+    return (f"varlen {list(s.seqlens)} " if s.seqlens else f"B{s.B} T{s.T} ") + f"H{s.H} HV{s.HV} K{s.K} V{s.V}"
+
+
+def add_card_args(p: argparse.ArgumentParser) -> None:
+    """--card and the rates that override its preset (`card_rates`)."""
+    p.add_argument("--card", choices=sorted(CARDS), default="H100")
+    p.add_argument("--tbps", type=float, default=None, help="copy bandwidth, TB/s (default: the card's)")
+    p.add_argument("--tflops", type=float, default=None, help="bf16 matmul rate, TFLOP/s (default: the card's)")
+    p.add_argument("--sms", type=int, default=None, help="SM count (default: the card's)")
+
+
+def card_rates(args: argparse.Namespace) -> tuple[float, float, int]:
+    """(copy TB/s, bf16 matmul TFLOP/s, SMs): the card's preset, each overridden where given."""
+    tbps, tflops, sms = CARDS[args.card]
+    return args.tbps or tbps, args.tflops or tflops, args.sms or sms
+
+
 def table(shapes: list[Shape], tbps: float, tflops: float, sms: int) -> list[str]:
     """Markdown rows: per shape and design, bytes, FLOPs, each floor and the design's floor."""
     lines = ["| shape | design | MB | GFLOP | byte floor us | FLOP floor us | chain floor us (steps x chains) "
              "| floor us |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for s in shapes:
-        name = (f"varlen {list(s.seqlens)} " if s.seqlens else f"B{s.B} T{s.T} ") + f"H{s.H} HV{s.HV} K{s.K} V{s.V}"
+        name = shape_name(s)
         for design in ("split", "fused"):
             f = floors(s, design, tbps, tflops, sms)
             lines.append(f"| {name} | {design} | {f.bytes / 1e6:.0f} | {f.flops / 1e9:.1f} | {f.byte_us:.0f} | "
@@ -100,17 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="B2-T8192-H32[-HV64][-K256][-V256] (repeatable; default: B2-T8192-H32 and B1-T8192-H96)")
     p.add_argument("--seqlens", default=None, help="comma-separated sequence lengths: one varlen row (B1, T their sum)"
                                                    " with the first --shape's heads")
-    p.add_argument("--card", choices=sorted(CARDS), default="H100")
-    p.add_argument("--tbps", type=float, default=None, help="copy bandwidth, TB/s (default: the card's)")
-    p.add_argument("--tflops", type=float, default=None, help="bf16 matmul rate, TFLOP/s (default: the card's)")
-    p.add_argument("--sms", type=int, default=None, help="SM count (default: the card's)")
+    add_card_args(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    tbps, tflops, sms = CARDS[args.card]
-    tbps, tflops, sms = args.tbps or tbps, args.tflops or tflops, args.sms or sms
+    tbps, tflops, sms = card_rates(args)
     shapes = [parse_shape(t) for t in (args.shape or ["B2-T8192-H32", "B1-T8192-H96"])]
     if args.seqlens:
         lens = tuple(int(n) for n in args.seqlens.split(","))
