@@ -19,6 +19,11 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred
                  "r"(pred ? 16 : 0));
 }
 
+// the same, to a shared-memory address (`smem_addr`), always copying
+__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int N>

@@ -633,33 +633,44 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
     const int64_t nch = (len + BT - 1) / BT, c_first = a.chunk_offsets[n];
 
     auto stage_ptr = [&](int st) { return smem + st * W_STAGE; };
+    // Each thread's 16-byte pieces of a stage sit at the same offsets in every chunk (only the tile's base moves):
+    // their shared-memory and global offsets are computed once. [w ; qg] and kg: BT * 16 pieces each, 2 a thread
+    // (row r, channels 8 p8 .. 8 p8 + 7); u: one a thread; Aqk (2 a row) and the decay (4 floats a piece): threads
+    // 0 .. BT * 2 + D / 4 - 1.
+    constexpr int P_TILE = BT * 16 / THREADS;
+    static_assert(BT * 16 % THREADS == 0 && BT * (BV / 8) == THREADS && BT * 2 + D / 4 <= THREADS, "piece split");
+    uint32_t o_w[P_TILE], o_q[P_TILE], o_k[P_TILE];
+    int g_row[P_TILE];
+#pragma unroll
+    for (int j = 0; j < P_TILE; ++j) {
+        const int i = tid + j * THREADS, r = i >> 4, p8 = i & 15;
+        g_row[j] = r * D + p8 * 8;
+        o_w[j] = (r >> 3) * 2048 + p8 * 128 + (r & 7) * 16;
+        o_q[j] = ((r + BT) >> 3) * 2048 + p8 * 128 + (r & 7) * 16;
+        o_k[j] = W_WQ + p8 * 256 + (r >> 3) * 128 + (r & 7) * 16;
+    }
+    const int g_u = (tid / (BV / 8)) * D + static_cast<int>(vb) * BV + (tid % (BV / 8)) * 8;
+    const uint32_t o_u = W_WQ + W_KG + W_AQK + ((tid / (BV / 8)) * UPAD + (tid % (BV / 8)) * 8) * 2;
+    const bool is_aqk = tid < BT * 2, is_dec = !is_aqk && tid < BT * 2 + D / 4;
+    const int g_ad = is_aqk ? (tid >> 1) * BT + (tid & 1) * 8 : (tid - BT * 2) * 4;
+    const uint32_t o_ad = is_aqk ? W_WQ + W_KG + ((tid >> 1) >> 3) * 256 + (tid & 1) * 128 + ((tid >> 1) & 7) * 16
+                                 : W_WQ + W_KG + W_AQK + W_U + (tid - BT * 2) * 16;
+    const int r_o = tid / (BV / 8), p_o = (tid % (BV / 8)) * 8;
+    const int64_t g_o = static_cast<int64_t>(r_o) * a.HV * D + vb * BV + p_o;
+    const uint32_t smem0 = smem_addr(smem);
     auto load_stage = [&](int64_t c, int st) {
-        unsigned char* base = stage_ptr(st);
-        unsigned char* swq = base;
-        unsigned char* skg = swq + W_WQ;
-        unsigned char* saq = skg + W_KG;
-        __nv_bfloat16* su = reinterpret_cast<__nv_bfloat16*>(saq + W_AQK);
-        float* sdec = reinterpret_cast<float*>(saq + W_AQK + W_U);
-        const int64_t tile = (hv * a.NT + c_first + c) * BT;
-        for (int i = tid; i < BT * 16; i += THREADS) {  // 16-byte pieces: row r, channels 8 p8 .. 8 p8 + 7
-            const int r = i >> 4, p8 = i & 15;
-            cp_async16(swq + (r >> 3) * 2048 + p8 * 128 + (r & 7) * 16, a.w + (tile + r) * D + p8 * 8, true);
-            cp_async16(swq + ((r + BT) >> 3) * 2048 + p8 * 128 + (r & 7) * 16, a.qg + (tile + r) * D + p8 * 8, true);
-            cp_async16(skg + p8 * 256 + (r >> 3) * 128 + (r & 7) * 16, a.kg + (tile + r) * D + p8 * 8, true);
+        const uint32_t base = smem0 + st * W_STAGE;
+        const int64_t chunk = hv * a.NT + c_first + c, tile = chunk * BT;
+        const __nv_bfloat16 *gw = a.w + tile * D, *gq = a.qg + tile * D, *gk = a.kg + tile * D;
+#pragma unroll
+        for (int j = 0; j < P_TILE; ++j) {
+            cp_async16_to(base + o_w[j], gw + g_row[j]);
+            cp_async16_to(base + o_q[j], gq + g_row[j]);
+            cp_async16_to(base + o_k[j], gk + g_row[j]);
         }
-        for (int i = tid; i < BT * (BV / 8); i += THREADS) {
-            const int r = i / (BV / 8), p = (i % (BV / 8)) * 8;
-            cp_async16(su + r * UPAD + p, a.u + (tile + r) * D + vb * BV + p, true);
-        }
-        for (int i = tid; i < BT * 2 + D / 4; i += THREADS) {
-            if (i < BT * 2) {
-                const int r = i >> 1, j8 = i & 1;
-                cp_async16(saq + (r >> 3) * 256 + j8 * 128 + (r & 7) * 16, a.aqk + (tile + r) * BT + j8 * 8, true);
-            } else {
-                const int p = (i - BT * 2) * 4;
-                cp_async16(sdec + p, a.decay + (hv * a.NT + c_first + c) * D + p, true);
-            }
-        }
+        cp_async16_to(base + o_u, a.u + tile * D + g_u);
+        if (is_aqk) cp_async16_to(base + o_ad, a.aqk + tile * BT + g_ad);
+        if (is_dec) cp_async16_to(base + o_ad, a.decay + chunk * D + g_ad);
     };
 
     // s[nt][e] = S^T[v, k], v = 16 warp + gi (+8 for e >= 2), k = 8 nt + gj (+1 for odd e)
@@ -682,6 +693,9 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
         cp_async_commit();
     }
     __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(stage_ptr(K2_STAGES));  // [16, UPAD] output tile
+    // the stage-0 descriptors; a stage's are these plus its offset (addresses in 16-byte units, below 2^14: no carry)
+    const uint64_t d_wq0 = smem_desc(smem, 128, 2048), d_kg0 = smem_desc(smem + W_WQ, 128, 256),
+                   d_aq0 = smem_desc(smem + W_WQ + W_KG, 128, 256);
 
     for (int64_t c = 0; c < nch; ++c) {
         cp_async_wait<K2_STAGES - 2>();
@@ -689,12 +703,11 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
         __syncthreads();
         if (c + K2_STAGES - 1 < nch) load_stage(c + K2_STAGES - 1, static_cast<int>((c + K2_STAGES - 1) % K2_STAGES));
         cp_async_commit();
-        const unsigned char* base = stage_ptr(static_cast<int>(c % K2_STAGES));
-        const unsigned char* swq = base;
-        const unsigned char* skg = swq + W_WQ;
-        const unsigned char* saq = skg + W_KG;
-        const __nv_bfloat16* su = reinterpret_cast<const __nv_bfloat16*>(saq + W_AQK);
-        const float* sdec = reinterpret_cast<const float*>(saq + W_AQK + W_U);
+        const int st = static_cast<int>(c % K2_STAGES);
+        const unsigned char* base = stage_ptr(st);
+        const __nv_bfloat16* su = reinterpret_cast<const __nv_bfloat16*>(base + W_WQ + W_KG + W_AQK);
+        const float* sdec = reinterpret_cast<const float*>(base + W_WQ + W_KG + W_AQK + W_U);
+        const uint64_t d_st = static_cast<uint64_t>(st * W_STAGE) >> 4;
 
         // [P | O1] = S^T [w ; qg]^T: accumulator j-blocks 0-1 are P (tokens 0-15), 2-3 are O1
         float pq[16];
@@ -710,7 +723,7 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
         wg_fence();
         fence_operands<16>(pq);
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) wgmma_n32(pq, fs[kk], smem_desc(swq + kk * 256, 128, 2048), kk > 0);
+        for (int kk = 0; kk < D / 16; ++kk) wgmma_n32(pq, fs[kk], d_wq0 + d_st + kk * 256 / 16, kk > 0);
         wg_commit();
         // operands of the element-wise part while the products run: u^T, the decay
         float uu[2][4];
@@ -746,8 +759,8 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
         wg_fence();
         fence_operands<64>(&s[0][0]);
         fence_operands<8>(o2);
-        wgmma_n128_t(s, fv, smem_desc(skg, 128, 256));
-        wgmma_n16(o2, fv, smem_desc(saq, 128, 256));
+        wgmma_n128_t(s, fv, d_kg0 + d_st);
+        wgmma_n16(o2, fv, d_aq0 + d_st);
         wg_commit();
         wg_wait0();
         fence_operands<64>(&s[0][0]);
@@ -761,12 +774,9 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
             }
         }
         __syncthreads();
-        for (int i = tid; i < BT * (BV / 8); i += THREADS) {
-            const int r = i / (BV / 8), p = (i % (BV / 8)) * 8;
-            if (c * BT + r < len) {
-                *reinterpret_cast<uint4*>(a.o + ((bos + c * BT + r) * a.HV + hv) * D + vb * BV + p) =
-                    *reinterpret_cast<const uint4*>(so + r * UPAD + p);
-            }
+        if (c * BT + r_o < len) {  // one 16-byte piece of o a thread: row r_o, columns p_o .. p_o + 7
+            *reinterpret_cast<uint4*>(a.o + ((bos + c * BT) * a.HV + hv) * D + g_o) =
+                *reinterpret_cast<const uint4*>(so + r_o * UPAD + p_o);
         }
     }
     cp_async_wait<0>();
