@@ -45,6 +45,12 @@ __device__ __forceinline__ void stsm_x4(void* p, uint32_t r0, uint32_t r1, uint3
                  "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 
+// stsm_x4 transposed: matrix i stored column by column, lanes 8i..8i+7 giving the addresses of its columns
+__device__ __forceinline__ void stsm_x4_t(void* p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(p)),
+                 "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
 // c += a (16x16, row) * b (16x8, col), bf16 inputs, fp32 accumulators
 __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "

@@ -726,13 +726,15 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
         for (int kk = 0; kk < D / 16; ++kk) wgmma_n32(pq, fs[kk], d_wq0 + d_st + kk * 256 / 16, kk > 0);
         wg_commit();
         // operands of the element-wise part while the products run: u^T, the decay
+        // u^T [v, token] in the accumulator layout: the u tile [token, v] read transposed, one ldmatrix
+        uint32_t fu[4];
+        ldsm_x4_t(fu, su + (((lane >> 4) << 3) + (lane & 7)) * UPAD + warp * 16 + ((lane >> 3) & 1) * 8);
         float uu[2][4];
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                uu[nt][e] = __bfloat162float(su[(nt * 8 + gj + (e & 1)) * UPAD + warp * 16 + gi + (e >> 1) * 8]);
-            }
+        for (int q = 0; q < 4; ++q) {  // fu[q]: v-rows (q & 1) 8 + gi, tokens (q >> 1) 8 + gj, + 1
+            const float2 x = unpack_bf16(fu[q]);
+            uu[q >> 1][(q & 1) * 2] = x.x;
+            uu[q >> 1][(q & 1) * 2 + 1] = x.y;
         }
         float2 dec[16];
 #pragma unroll
@@ -765,14 +767,12 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
         wg_wait0();
         fence_operands<64>(&s[0][0]);
         fence_operands<8>(o2);
+        // o^T [v, token] out transposed into the [token, v] tile: matrix q = v-rows (q & 1) 8, tokens (q >> 1) 8
+        float ov[8];
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int vl = warp * 16 + gi + (e >> 1) * 8, j = nt * 8 + gj + (e & 1);
-                so[j * UPAD + vl] = __float2bfloat16_rn(pq[8 + nt * 4 + e] + o2[nt * 4 + e]);
-            }
-        }
+        for (int i = 0; i < 8; ++i) ov[i] = pq[8 + i] + o2[i];
+        stsm_x4_t(so + (((lane >> 4) << 3) + (lane & 7)) * UPAD + warp * 16 + ((lane >> 3) & 1) * 8,
+                  pack_bf16(ov[0], ov[1]), pack_bf16(ov[2], ov[3]), pack_bf16(ov[4], ov[5]), pack_bf16(ov[6], ov[7]));
         __syncthreads();
         if (c * BT + r_o < len) {  // one 16-byte piece of o a thread: row r_o, columns p_o .. p_o + 7
             *reinterpret_cast<uint4*>(a.o + ((bos + c * BT) * a.HV + hv) * D + g_o) =
