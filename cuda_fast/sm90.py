@@ -30,6 +30,7 @@ NAME = "sm90"
 OP = "chunk_kda_fwd"
 ENV_SWITCH = "TRITON_KDA_SM90"
 BLOCK_V_ENV = "TRITON_KDA_SM90_BLOCK_V"
+STATE_ENV = "TRITON_KDA_SM90_STATE"  # "wgmma": the recurrence on wgmma (sm_90a; work in progress, off by default)
 BT = 16
 D = 128
 
@@ -44,7 +45,7 @@ class FwdArgs(ctypes.Structure):
         *((name, ctypes.c_int64) for name in ("N", "TT", "NT", "H", "HV", "K", "V")),
         *((name, ctypes.c_float) for name in ("scale", "lower_bound", "beta_scale")),
         *((name, ctypes.c_int32) for name in (
-            "gate", "l2norm", "beta_sigmoid", "g_fp32", "beta_fp32", "v_first", "block_v")),
+            "gate", "l2norm", "beta_sigmoid", "g_fp32", "beta_fp32", "v_first", "block_v", "state_wgmma")),
     ]
 
 
@@ -98,6 +99,15 @@ def _lens(args: dict) -> tuple:
     seqlens = args["seqlens_cpu"]
     return tuple((seqlens[1:] - seqlens[:-1]).tolist()) if seqlens is not None else (args["T"],) * args["B"]
 
+
+
+def state_wgmma(device: torch.device) -> bool:
+    """Whether the recurrence runs on wgmma: ``TRITON_KDA_SM90_STATE=wgmma`` on a compute capability 9.0 device (the
+    sm_90a library; the kernel takes 64 state columns per program)."""
+    mode = os.environ.get(STATE_ENV, "").strip()
+    if mode not in ("", "mma", "wgmma"):
+        raise ValueError(f"{STATE_ENV} must be 'mma' or 'wgmma', got {mode!r}")
+    return mode == "wgmma" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
 def block_v(N: int, HV: int, device: torch.device) -> int:
@@ -154,6 +164,7 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
     bias = dt_bias.reshape(-1).float().contiguous() if dt_bias is not None else None
     h0 = initial_state.contiguous() if initial_state is not None else None
     lower_bound = flags["lower_bound"]
+    wg = state_wgmma(dev)
     args = FwdArgs(
         q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta), A_log=_ptr(a_log), dt_bias=_ptr(bias),
         h0=_ptr(h0), cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices),
@@ -165,7 +176,7 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
         gate=gate_mode(flags["use_gate_in_kernel"], lower_bound),
         l2norm=int(flags["use_qk_l2norm_in_kernel"]), beta_sigmoid=int(flags["use_beta_sigmoid_in_kernel"]),
         g_fp32=int(g.dtype == torch.float32), beta_fp32=int(beta.dtype == torch.float32), v_first=int(p.state_v_first),
-        block_v=block_v(p.N, HV, dev),
+        block_v=64 if wg else block_v(p.N, HV, dev), state_wgmma=int(wg),
     )
     with torch.cuda.device(dev):
         lib(args, torch.cuda.current_stream(dev).cuda_stream)

@@ -305,3 +305,24 @@ def test_verifier_leaves_split_sequences_to_triton(monkeypatch):
     assert not ok and "chunk-parallel state passing is faster here" in why
     monkeypatch.setenv("TRITON_KDA_INTRACARD_CP", "0")
     assert sm90.verify(_prepare(d)[2])[0]
+
+
+@pytest.mark.gpu
+@needs_target
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_wgmma_recurrence_matches_oracle_and_mma(case, monkeypatch):
+    """`TRITON_KDA_SM90_STATE=wgmma` (sm_90a): the forward against the fp64 oracle with poisoned outputs, within
+    bf16 rounding of the mma.sync recurrence, bit-identical on a rerun."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the wgmma recurrence is in the sm_90a library")
+    d = _case_inputs(case)
+    monkeypatch.setenv(sm90.STATE_ENV, "mma")
+    monkeypatch.setenv(sm90.BLOCK_V_ENV, "64")
+    base = _run(d)
+    monkeypatch.setenv(sm90.STATE_ENV, "wgmma")
+    out = _run(d, **_poisoned(d))
+    ref_o, ref_ht = kda_recurrent(**d)
+    assert_close("o", out.o, ref_o, 5e-3)
+    assert_close("final_state", out.final_state, ref_ht, 5e-3)
+    assert_close("o vs mma", out.o, base.o, 5e-3)
+    assert torch.equal(_run(d).o, out.o)

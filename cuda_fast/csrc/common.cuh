@@ -19,6 +19,11 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred
                  "r"(pred ? 16 : 0));
 }
 
+// the same, to a shared-memory address (`smem_addr`), always copying
+__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int N>
@@ -38,6 +43,12 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void* p) {
 __device__ __forceinline__ void stsm_x4(void* p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(p)), "r"(r0),
                  "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+// stsm_x4 transposed: matrix i stored column by column, lanes 8i..8i+7 giving the addresses of its columns
+__device__ __forceinline__ void stsm_x4_t(void* p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(p)),
+                 "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 
 // c += a (16x16, row) * b (16x8, col), bf16 inputs, fp32 accumulators

@@ -39,6 +39,7 @@ struct FwdArgs {
     float scale, lower_bound, beta_scale;
     int32_t gate;                 // 0: g is the log decay; 1: -exp(A_log) softplus(g + dt_bias); 2: lb sigmoid(...)
     int32_t l2norm, beta_sigmoid, g_fp32, beta_fp32, v_first, block_v;
+    int32_t state_wgmma;          // 1: the recurrence on wgmma (`kda_state_fwd_wgmma_kernel`, block_v 64)
 };
 
 namespace {
@@ -536,6 +537,264 @@ __global__ void __launch_bounds__(BV * 2) kda_state_fwd_kernel(const FwdArgs a) 
     }
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Kernel 2 on wgmma (sm_90a): one warpgroup per (sequence, v-head, 64 state columns), the state transposed in fp32
+// wgmma accumulators (S^T[v, k]: the m64n128 accumulator layout, which is the mma.sync layout of
+// `kda_state_fwd_kernel` for 16 v-rows per warp), its bf16 copy the register A operand. Per 16-token chunk:
+//   [P | O1] = S^T [w ; qg]^T        8 x m64n32k16, B K-major from shared memory
+//   v_new^T  = u^T - P
+//   S^T      = S^T diag(decay) + v_new^T kg      m64n128k16, B N-major (kg rows as stored)
+//   o^T      = O1 + v_new^T Aqk^T                m64n16k16 (its own accumulators), B K-major
+// Shared-memory tiles in the canonical no-swizzle core-matrix layouts (8 rows x 16 bytes, rows 16 bytes apart).
+constexpr int W_WQ = 32 * D * 2;          // [w ; qg]: 32 rows x 128, K-major: core (n, k) at (n/8) 2048 + (k/8) 128
+constexpr int W_KG = BT * D * 2;          // kg: 16 tokens x 128, N-major: core (c, t) at (c/8) 256 + (t/8) 128
+constexpr int W_AQK = BT * BT * 2;        // Aqk: 16 x 16, K-major: core (i, j) at (i/8) 256 + (j/8) 128
+constexpr int W_U = BT * 72 * 2;          // u: 16 tokens x 64 (+8 pad), row-major
+constexpr int W_STAGE = W_WQ + W_KG + W_AQK + W_U + D * 4;
+
+__device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
+    // start address, leading / stride byte offsets (16-byte units), no swizzle
+    return static_cast<uint64_t>((smem_addr(p) & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+           (static_cast<uint64_t>(sbo >> 4) << 32);
+}
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
+#define KDA_WGMMA 1  // sm_90a device code (wgmma exists there only); other targets compile an empty kernel
+#endif
+#if defined(KDA_WGMMA)
+template <int N>
+__device__ __forceinline__ void fence_operands(float* r) {  // keeps accumulators in place across a wgmma group
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_operands(uint32_t* r) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// d[16] (+)= A (4 bf16x2 registers) x B (desc, K-major), m64n32k16
+__device__ __forceinline__ void wgmma_n32(float d[16], const uint32_t a[4], uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+}
+
+// d[8] = A x B (K-major), m64n16k16
+__device__ __forceinline__ void wgmma_n16(float d[8], const uint32_t a[4], uint64_t desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+// s[16][4] += A x B (N-major: imm-trans-b 1), m64n128k16; s[nt][e] is accumulator 4 nt + e
+__device__ __forceinline__ void wgmma_n128_t(float (&s)[16][4], const uint32_t a[4], uint64_t desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]), "+f"(s[1][0]), "+f"(s[1][1]), "+f"(s[1][2]),
+          "+f"(s[1][3]), "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]), "+f"(s[2][3]), "+f"(s[3][0]), "+f"(s[3][1]),
+          "+f"(s[3][2]), "+f"(s[3][3]), "+f"(s[4][0]), "+f"(s[4][1]), "+f"(s[4][2]), "+f"(s[4][3]), "+f"(s[5][0]),
+          "+f"(s[5][1]), "+f"(s[5][2]), "+f"(s[5][3]), "+f"(s[6][0]), "+f"(s[6][1]), "+f"(s[6][2]), "+f"(s[6][3]),
+          "+f"(s[7][0]), "+f"(s[7][1]), "+f"(s[7][2]), "+f"(s[7][3]), "+f"(s[8][0]), "+f"(s[8][1]), "+f"(s[8][2]),
+          "+f"(s[8][3]), "+f"(s[9][0]), "+f"(s[9][1]), "+f"(s[9][2]), "+f"(s[9][3]), "+f"(s[10][0]), "+f"(s[10][1]),
+          "+f"(s[10][2]), "+f"(s[10][3]), "+f"(s[11][0]), "+f"(s[11][1]), "+f"(s[11][2]), "+f"(s[11][3]),
+          "+f"(s[12][0]), "+f"(s[12][1]), "+f"(s[12][2]), "+f"(s[12][3]), "+f"(s[13][0]), "+f"(s[13][1]),
+          "+f"(s[13][2]), "+f"(s[13][3]), "+f"(s[14][0]), "+f"(s[14][1]), "+f"(s[14][2]), "+f"(s[14][3]),
+          "+f"(s[15][0]), "+f"(s[15][1]), "+f"(s[15][2]), "+f"(s[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+#endif
+
+__global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdArgs a) {
+#if defined(KDA_WGMMA)
+    constexpr int BV = 64, THREADS = 128, UPAD = BV + 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
+    const int64_t n = blockIdx.x / (D / BV), vb = blockIdx.x % (D / BV);
+    const int64_t hv = blockIdx.y;
+    const int64_t bos = a.cu_seqlens[n], len = a.cu_seqlens[n + 1] - bos;
+    const int64_t nch = (len + BT - 1) / BT, c_first = a.chunk_offsets[n];
+
+    auto stage_ptr = [&](int st) { return smem + st * W_STAGE; };
+    // Each thread's 16-byte pieces of a stage sit at the same offsets in every chunk (only the tile's base moves):
+    // their shared-memory and global offsets are computed once. [w ; qg] and kg: BT * 16 pieces each, 2 a thread
+    // (row r, channels 8 p8 .. 8 p8 + 7); u: one a thread; Aqk (2 a row) and the decay (4 floats a piece): threads
+    // 0 .. BT * 2 + D / 4 - 1.
+    constexpr int P_TILE = BT * 16 / THREADS;
+    static_assert(BT * 16 % THREADS == 0 && BT * (BV / 8) == THREADS && BT * 2 + D / 4 <= THREADS, "piece split");
+    uint32_t o_w[P_TILE], o_q[P_TILE], o_k[P_TILE];
+    int g_row[P_TILE];
+#pragma unroll
+    for (int j = 0; j < P_TILE; ++j) {
+        const int i = tid + j * THREADS, r = i >> 4, p8 = i & 15;
+        g_row[j] = r * D + p8 * 8;
+        o_w[j] = (r >> 3) * 2048 + p8 * 128 + (r & 7) * 16;
+        o_q[j] = ((r + BT) >> 3) * 2048 + p8 * 128 + (r & 7) * 16;
+        o_k[j] = W_WQ + p8 * 256 + (r >> 3) * 128 + (r & 7) * 16;
+    }
+    const int g_u = (tid / (BV / 8)) * D + static_cast<int>(vb) * BV + (tid % (BV / 8)) * 8;
+    const uint32_t o_u = W_WQ + W_KG + W_AQK + ((tid / (BV / 8)) * UPAD + (tid % (BV / 8)) * 8) * 2;
+    const bool is_aqk = tid < BT * 2, is_dec = !is_aqk && tid < BT * 2 + D / 4;
+    const int g_ad = is_aqk ? (tid >> 1) * BT + (tid & 1) * 8 : (tid - BT * 2) * 4;
+    const uint32_t o_ad = is_aqk ? W_WQ + W_KG + ((tid >> 1) >> 3) * 256 + (tid & 1) * 128 + ((tid >> 1) & 7) * 16
+                                 : W_WQ + W_KG + W_AQK + W_U + (tid - BT * 2) * 16;
+    const int r_o = tid / (BV / 8), p_o = (tid % (BV / 8)) * 8;
+    const int64_t g_o = static_cast<int64_t>(r_o) * a.HV * D + vb * BV + p_o;
+    const uint32_t smem0 = smem_addr(smem);
+    auto load_stage = [&](int64_t c, int st) {
+        const uint32_t base = smem0 + st * W_STAGE;
+        const int64_t chunk = hv * a.NT + c_first + c, tile = chunk * BT;
+        const __nv_bfloat16 *gw = a.w + tile * D, *gq = a.qg + tile * D, *gk = a.kg + tile * D;
+#pragma unroll
+        for (int j = 0; j < P_TILE; ++j) {
+            cp_async16_to(base + o_w[j], gw + g_row[j]);
+            cp_async16_to(base + o_q[j], gq + g_row[j]);
+            cp_async16_to(base + o_k[j], gk + g_row[j]);
+        }
+        cp_async16_to(base + o_u, a.u + tile * D + g_u);
+        if (is_aqk) cp_async16_to(base + o_ad, a.aqk + tile * BT + g_ad);
+        if (is_dec) cp_async16_to(base + o_ad, a.decay + chunk * D + g_ad);
+    };
+
+    // s[nt][e] = S^T[v, k], v = 16 warp + gi (+8 for e >= 2), k = 8 nt + gj (+1 for odd e)
+    const int gi = lane >> 2, gj = (lane & 3) * 2;
+    const int64_t v0 = vb * BV + warp * 16 + gi;
+    const int64_t state = (n * a.HV + hv) * D * D;
+    float s[16][4];
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
+            s[nt][e] = a.h0 == nullptr ? 0.0f : a.h0[state + (a.v_first ? v * D + kcol : kcol * D + v)];
+        }
+    }
+
+#pragma unroll
+    for (int st = 0; st < K2_STAGES - 1; ++st) {
+        if (st < nch) load_stage(st, st);
+        cp_async_commit();
+    }
+    __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(stage_ptr(K2_STAGES));  // [16, UPAD] output tile
+    // the stage-0 descriptors; a stage's are these plus its offset (addresses in 16-byte units, below 2^14: no carry)
+    const uint64_t d_wq0 = smem_desc(smem, 128, 2048), d_kg0 = smem_desc(smem + W_WQ, 128, 256),
+                   d_aq0 = smem_desc(smem + W_WQ + W_KG, 128, 256);
+
+    for (int64_t c = 0; c < nch; ++c) {
+        cp_async_wait<K2_STAGES - 2>();
+        fence_async_smem();  // the cp.async writes (generic proxy) before wgmma reads them (async proxy)
+        __syncthreads();
+        if (c + K2_STAGES - 1 < nch) load_stage(c + K2_STAGES - 1, static_cast<int>((c + K2_STAGES - 1) % K2_STAGES));
+        cp_async_commit();
+        const int st = static_cast<int>(c % K2_STAGES);
+        const unsigned char* base = stage_ptr(st);
+        const __nv_bfloat16* su = reinterpret_cast<const __nv_bfloat16*>(base + W_WQ + W_KG + W_AQK);
+        const float* sdec = reinterpret_cast<const float*>(base + W_WQ + W_KG + W_AQK + W_U);
+        const uint64_t d_st = static_cast<uint64_t>(st * W_STAGE) >> 4;
+
+        // [P | O1] = S^T [w ; qg]^T: accumulator j-blocks 0-1 are P (tokens 0-15), 2-3 are O1
+        float pq[16];
+        uint32_t fs[8][4];
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            fs[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            fs[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            fs[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            fs[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        fence_operands<32>(&fs[0][0]);
+        wg_fence();
+        fence_operands<16>(pq);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) wgmma_n32(pq, fs[kk], d_wq0 + d_st + kk * 256 / 16, kk > 0);
+        wg_commit();
+        // operands of the element-wise part while the products run: u^T, the decay
+        // u^T [v, token] in the accumulator layout: the u tile [token, v] read transposed, one ldmatrix
+        uint32_t fu[4];
+        ldsm_x4_t(fu, su + (((lane >> 4) << 3) + (lane & 7)) * UPAD + warp * 16 + ((lane >> 3) & 1) * 8);
+        float uu[2][4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {  // fu[q]: v-rows (q & 1) 8 + gi, tokens (q >> 1) 8 + gj, + 1
+            const float2 x = unpack_bf16(fu[q]);
+            uu[q >> 1][(q & 1) * 2] = x.x;
+            uu[q >> 1][(q & 1) * 2 + 1] = x.y;
+        }
+        float2 dec[16];
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) dec[nt] = *reinterpret_cast<const float2*>(sdec + nt * 8 + gj);
+        wg_wait0();
+        fence_operands<16>(pq);
+        fence_operands<32>(&fs[0][0]);
+
+        // v_new^T = u^T - P, as the bf16 A operand (64 v-rows x 16 tokens); S^T <- S^T diag(decay)
+        float vn[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) vn[nt][e] = uu[nt][e] - pq[nt * 4 + e];
+        }
+        const uint32_t fv[4] = {pack_bf16(vn[0][0], vn[0][1]), pack_bf16(vn[0][2], vn[0][3]),
+                                pack_bf16(vn[1][0], vn[1][1]), pack_bf16(vn[1][2], vn[1][3])};
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+            s[nt][0] *= dec[nt].x; s[nt][1] *= dec[nt].y; s[nt][2] *= dec[nt].x; s[nt][3] *= dec[nt].y;
+        }
+        // S^T += v_new^T kg;  o^T = O1 + v_new^T Aqk^T
+        float o2[8];
+        wg_fence();
+        fence_operands<64>(&s[0][0]);
+        fence_operands<8>(o2);
+        wgmma_n128_t(s, fv, d_kg0 + d_st);
+        wgmma_n16(o2, fv, d_aq0 + d_st);
+        wg_commit();
+        wg_wait0();
+        fence_operands<64>(&s[0][0]);
+        fence_operands<8>(o2);
+        // o^T [v, token] out transposed into the [token, v] tile: matrix q = v-rows (q & 1) 8, tokens (q >> 1) 8
+        float ov[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ov[i] = pq[8 + i] + o2[i];
+        stsm_x4_t(so + (((lane >> 4) << 3) + (lane & 7)) * UPAD + warp * 16 + ((lane >> 3) & 1) * 8,
+                  pack_bf16(ov[0], ov[1]), pack_bf16(ov[2], ov[3]), pack_bf16(ov[4], ov[5]), pack_bf16(ov[6], ov[7]));
+        __syncthreads();
+        if (c * BT + r_o < len) {  // one 16-byte piece of o a thread: row r_o, columns p_o .. p_o + 7
+            *reinterpret_cast<uint4*>(a.o + ((bos + c * BT) * a.HV + hv) * D + g_o) =
+                *reinterpret_cast<const uint4*>(so + r_o * UPAD + p_o);
+        }
+    }
+    cp_async_wait<0>();
+    if (a.ht != nullptr) {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
+                a.ht[state + (a.v_first ? v * D + kcol : kcol * D + v)] = s[nt][e];
+            }
+        }
+    }
+#endif
+}
+
+constexpr int k2_wgmma_smem_bytes() { return K2_STAGES * W_STAGE + BT * (64 + 8) * 2; }
+
 template <int BV>
 constexpr int k2_smem_bytes() { return K2_STAGES * K2_STAGE_BYTES + BT * (BV + 8) * 2; }
 
@@ -599,7 +858,19 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
         }
     }
     const dim3 grid2(static_cast<unsigned>(blocks2), static_cast<unsigned>(a.HV));
-    if (a.block_v == 64) {
+    if (a.state_wgmma) {
+        if (a.block_v != 64) return fail(err, errlen, "kda_fwd: the wgmma recurrence takes block_v 64");
+#if defined(__CUDA_ARCH_LIST__) && __CUDA_ARCH_LIST__ == 900
+        const int smem2 = k2_wgmma_smem_bytes();
+        e = cudaFuncSetAttribute(kda_state_fwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2);
+        if (e == cudaSuccess) {
+            kda_state_fwd_wgmma_kernel<<<grid2, 128, smem2, s>>>(a);
+            e = cudaGetLastError();
+        }
+#else
+        return fail(err, errlen, "kda_fwd: the wgmma recurrence is in the sm_90a library only");
+#endif
+    } else if (a.block_v == 64) {
         const int smem2 = k2_smem_bytes<64>();
         e = cudaFuncSetAttribute(kda_state_fwd_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2);
         if (e == cudaSuccess) {
