@@ -107,6 +107,30 @@ __device__ __forceinline__ void store_tile(__nv_bfloat16* stage, const uint32_t 
 // element offset in a [16, 128] bf16 tile whose 16-byte chunks are XOR-swizzled by row (conflict-free ldmatrix)
 __device__ __forceinline__ int swz(int r, int c) { return r * D + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7); }
 
+// a thread's fragments of one head's state: s[nt][e] = S^T[v, k], v = v0 (+8 for e >= 2), k = 8 nt + gj (+1 for odd
+// e), at `state` of h0 / ht ([K, V], or [V, K] with v_first); h0 null: zeros
+__device__ __forceinline__ int64_t state_offset(const FwdArgs& a, int nt, int e, int64_t v0, int gj) {
+    const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
+    return a.v_first ? v * D + kcol : kcol * D + v;
+}
+
+__device__ __forceinline__ void load_state(const FwdArgs& a, int64_t state, int64_t v0, int gj, float (&s)[16][4]) {
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = a.h0 == nullptr ? 0.0f : a.h0[state + state_offset(a, nt, e, v0, gj)];
+    }
+}
+
+__device__ __forceinline__ void store_state(const FwdArgs& a, int64_t state, int64_t v0, int gj,
+                                            const float (&s)[16][4]) {
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a.ht[state + state_offset(a, nt, e, v0, gj)] = s[nt][e];
+    }
+}
+
 #ifndef KDA_K1_MIN_BLOCKS
 #define KDA_K1_MIN_BLOCKS 3  // CTAs per SM the register allocation targets: 3 (168 registers, under 100 bytes of
                              // spills) beat 2 by 4-5% on an H100 (2026-11-27); the 128-register cap of 4 spilled
@@ -422,14 +446,7 @@ __global__ void __launch_bounds__(BV * 2) kda_state_fwd_kernel(const FwdArgs a) 
     const int64_t v0 = vb * BV + warp * 16 + gi;
     const int64_t state = (n * a.HV + hv) * D * D;
     float s[16][4];
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
-            s[nt][e] = a.h0 == nullptr ? 0.0f : a.h0[state + (a.v_first ? v * D + kcol : kcol * D + v)];
-        }
-    }
+    load_state(a, state, v0, gj, s);
 
 #pragma unroll
     for (int st = 0; st < K2_STAGES - 1; ++st) {
@@ -525,16 +542,7 @@ __global__ void __launch_bounds__(BV * 2) kda_state_fwd_kernel(const FwdArgs a) 
         }
     }
     cp_async_wait<0>();
-    if (a.ht != nullptr) {
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
-                a.ht[state + (a.v_first ? v * D + kcol : kcol * D + v)] = s[nt][e];
-            }
-        }
-    }
+    if (a.ht != nullptr) store_state(a, state, v0, gj, s);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -678,14 +686,7 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
     const int64_t v0 = vb * BV + warp * 16 + gi;
     const int64_t state = (n * a.HV + hv) * D * D;
     float s[16][4];
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
-            s[nt][e] = a.h0 == nullptr ? 0.0f : a.h0[state + (a.v_first ? v * D + kcol : kcol * D + v)];
-        }
-    }
+    load_state(a, state, v0, gj, s);
 
 #pragma unroll
     for (int st = 0; st < K2_STAGES - 1; ++st) {
@@ -780,16 +781,7 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
         }
     }
     cp_async_wait<0>();
-    if (a.ht != nullptr) {
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
-                a.ht[state + (a.v_first ? v * D + kcol : kcol * D + v)] = s[nt][e];
-            }
-        }
-    }
+    if (a.ht != nullptr) store_state(a, state, v0, gj, s);
 #endif
 }
 
