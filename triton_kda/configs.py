@@ -220,6 +220,16 @@ def gate_bwd_config(arch: int, K: int) -> GateBwdConfig:
 
 
 @functools.cache
+def gate_cumsum_config(arch: int, K: int, pair: bool) -> GateBwdConfig:
+    """The gate cumsum (one program per chunk, v-head and K slice): the gate backward's slices, but at most 32 wide
+    where it writes an fp32 pair from an fp64 scan (`gate.gate_cumsum_pair`). H200, B2 T8192 H32 Kimi flags, CUDA time
+    per step (docs/benchmarks/runs/2026-11-28_fp32_configs): fp32 242 us at BK 32 / 4 warps against 420 at BK 64
+    (64 / 8 warps 287, 128 / 4 318); fp16 127 us at BK 64 against 145 at BK 32."""
+    cfg = gate_bwd_config(arch, K)
+    return cfg._replace(BK=min(cfg.BK, 32)) if pair else cfg
+
+
+@functools.cache
 def state_config(arch: int, K: int, V: int, elem_size: int, narrow: bool = False,
                  pair_bwd: bool = False) -> StateConfig:
     """elem_size: bytes per element of the stored intermediates (2 for bf16/fp16, 4 for fp32); narrow: the launch

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from triton_kda._jit import LOG2E, _chunk_coords, _chunk_rows
-from triton_kda.configs import arch_of, cdiv, gate_bwd_config
+from triton_kda.configs import arch_of, cdiv, gate_bwd_config, gate_cumsum_config
 from triton_kda.launch import launch_kernel
 
 GATE_NONE = 0
@@ -238,9 +238,9 @@ def gate_cumsum(g, A_log, dt_bias, plan, BT: int, *, gate: int, lower_bound: flo
     lo) where `gate_cumsum_pair(prec)`, from g [TT, HV, K] (raw, contiguous); A_log [HV] and dt_bias [HV * K] or None;
     gate: the GATE constexpr; prec: the forward's."""
     TT, HV, K = g.shape
-    cfg = gate_bwd_config(arch_of(g.device), K)
-    has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
     pair = gate_cumsum_pair(prec)
+    cfg = gate_cumsum_config(arch_of(g.device), K, pair)
+    has_a_log, has_dt_bias = gate > 0 and A_log is not None, gate > 0 and dt_bias is not None
     Gc = torch.empty(*((2,) if pair else ()), TT, HV, K, device=g.device, dtype=torch.float32)
     launch_kernel(_kda_gate_cumsum_fwd_kernel, (plan.NT, HV, cdiv(K, cfg.BK)),
         g, A_log if has_a_log else g, dt_bias if has_dt_bias else g, Gc[0] if pair else Gc, Gc[1] if pair else Gc,

@@ -597,10 +597,7 @@ def _kda_intra_bwd_span_kernel(
     i_t, r, i_hv, i_k, bos, T, t0, s0, n_valid, o_c, m_r, o_k, m_k = _intra_bwd_program(cu_seqlens, chunk_indices,
                                                                                        K, BT, BC, BK)
     i_h = i_hv // (HV // H)
-    o_t = tl.arange(0, BT)
-    m_t = o_t < n_valid
     m_rk = m_r[:, None] & m_k[None, :]
-    p_row_hv = (bos + t0 + o_t).to(tl.int64) * HV + i_hv
     p_rows = (bos + s0 + o_c).to(tl.int64) * HV + i_hv
     p_state = (i_t * HV + i_hv).to(tl.int64) * K * V
     p_W = dW + (i_t * (NC + 1) * (NC + 1) * HV + i_hv).to(tl.int64) * K + o_k  # dW[i_t, :, :, i_hv, o_k]
@@ -679,29 +676,33 @@ def _kda_intra_bwd_span_kernel(
         b_dbk += b_Ls * b_eA
         b_dkn += b_Ls * b_eA * b_b_r[:, None]
 
-    # rows in a later block (anchor Gn = the next block's first row)
+    # rows in a later block b (anchor Gn = the next block's first row), block by block: one [BC, BT] x [BT, BK]
+    # product over the whole chunk spent half its work on the zero rows of blocks <= r (H200, B2 T8192 H32 Kimi flags:
+    # fp32 6666 -> 5257 us, docs/benchmarks/runs/2026-11-28_fp32_configs)
     if (r + 1) * BC < n_valid:
-        p_G = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_G_lo = tl.make_block_ptr(Gc_lo + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (t0, i_k * BK), (BT, BK),
-                                   (1, 0))
-        b_G = tl.load(p_G, boundary_check=(0, 1))
-        b_G_lo = _gate_lo(p_G_lo, b_G, GC_PAIR)
-        b_Gn = tl.sum(tl.where((o_t == (r + 1) * BC)[:, None], b_G, 0.0), axis=0)
-        b_Gn_lo = tl.sum(tl.where((o_t == (r + 1) * BC)[:, None], b_G_lo, 0.0), axis=0)
-        b_f = tl.where((o_t >= (r + 1) * BC)[:, None],
-                       tl.exp2(tl.minimum(_gate_diff(b_G, b_G_lo, b_Gn[None, :], b_Gn_lo[None, :], GC_PAIR),
-                                          RANGE_MAX)), 0.0)
-        p_q = tl.make_block_ptr(q + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_k = tl.make_block_ptr(k + (bos * H + i_h) * K, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        b_qf = tl.load(p_q, boundary_check=(0, 1)).to(tl.float32) * b_f
-        b_qf *= (tl.load(rstd_q + p_row_hv, mask=m_t, other=0.0) * scale)[:, None]
-        b_kf = tl.load(p_k, boundary_check=(0, 1)).to(tl.float32) * b_f
-        b_kf *= (tl.load(rstd_k + p_row_hv, mask=m_t, other=0.0)
-                 * tl.load(beta_act + p_row_hv, mask=m_t, other=0.0))[:, None]
-        p_dAc = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, t0), (BC, BT), (0, 1))
-        p_dLc = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, t0), (BC, BT), (0, 1))
-        b_C = _dot(tl.load(p_dAc, boundary_check=(0, 1)), b_qf, None, PREC)
-        b_C = _dot(tl.load(p_dLc, boundary_check=(0, 1)), b_kf, b_C, PREC)
+        p_Gn = ((bos + t0 + (r + 1) * BC) * HV + i_hv).to(tl.int64) * K + o_k
+        b_Gn = tl.load(Gc + p_Gn, mask=m_k, other=0.0)
+        b_Gn_lo = tl.load(Gc_lo + p_Gn, mask=m_k, other=0.0) if GC_PAIR else b_Gn
+        b_C = tl.zeros((BC, BK), dtype=tl.float32)
+        for b in range(r + 1, NC):
+            s_b = t0 + b * BC
+            m_b = b * BC + o_c < n_valid
+            b_qn_b, b_kn_b, b_b_b = _block_rows(q, k, rstd_q, rstd_k, beta_act, bos, T, s_b, i_h, i_k,
+                                                (bos + s_b + o_c).to(tl.int64) * HV + i_hv, m_b, scale, H, K, BC, BK)
+            p_Gb = tl.make_block_ptr(Gc + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s_b, i_k * BK), (BC, BK),
+                                     (1, 0))
+            p_Gb_lo = tl.make_block_ptr(Gc_lo + (bos * HV + i_hv) * K, (T, K), (HV * K, 1), (s_b, i_k * BK), (BC, BK),
+                                        (1, 0))
+            b_Gb = tl.load(p_Gb, boundary_check=(0, 1))
+            b_f = tl.where(m_b[:, None], tl.exp2(tl.minimum(_gate_diff(b_Gb, _gate_lo(p_Gb_lo, b_Gb, GC_PAIR),
+                                                                       b_Gn[None, :], b_Gn_lo[None, :], GC_PAIR),
+                                                            RANGE_MAX)), 0.0)
+            p_dAc = tl.make_block_ptr(dAqk + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, s_b), (BC, BC),
+                                      (0, 1))
+            p_dLc = tl.make_block_ptr(dL + (bos * HV + i_hv) * BT, (BT, T), (1, HV * BT), (r * BC, s_b), (BC, BC),
+                                      (0, 1))
+            b_C = _dot(tl.load(p_dAc, boundary_check=(0, 1)), b_qn_b * b_f, b_C, PREC)
+            b_C = _dot(tl.load(p_dLc, boundary_check=(0, 1)), b_kn_b * b_b_b[:, None] * b_f, b_C, PREC)
         b_C *= tl.where(m_rk, tl.exp2(tl.minimum(_gate_diff(b_Gn[None, :], b_Gn_lo[None, :], b_G_r, b_G_r_lo, GC_PAIR),
                                                  RANGE_MAX)), 0.0)
         b_dkn += b_C

@@ -11,6 +11,7 @@ from triton_kda.configs import (
     cdiv,
     cp_config,
     gate_bwd_config,
+    gate_cumsum_config,
     intra_bwd_config,
     intra_config,
     pool_copy_config,
@@ -153,9 +154,10 @@ def compile_specs(arch: int) -> list[CompileSpec]:
                                          gc.num_warps, 1))
                 sig = {"g": f"*{ty}", "A_log": "*fp32", "dt_bias": "*fp32", "Gc": "*fp32", "Gc_lo": "*fp32",
                        "cu_seqlens": "*i64", "chunk_indices": "*i32", "lower_bound": "fp32"}
-                ce = dict(HV=8, K=K, BT=BT, BK=gc.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True, PREC=prec)
+                gcs = gate_cumsum_config(arch, K, gc_pair)
+                ce = dict(HV=8, K=K, BT=BT, BK=gcs.BK, GATE=2, HAS_A_LOG=True, HAS_DT_BIAS=True, PREC=prec)
                 specs.append(CompileSpec(f"gate_cumsum K{K} BT{BT} {dname}", _kda_gate_cumsum_fwd_kernel, sig, ce,
-                                         gc.num_warps, 1))
+                                         gcs.num_warps, 1))
                 specs += _cp_specs(arch, K, V, BT, dname, ty, is_bf16, prec, bprec)
             sig = {"x": f"*{ty}", "dx_part": "*fp32", "dx": f"*{ty}", "TT": "i32"}
             ce = dict(H=4, G=2, K=K, BT=32, BK=_kpad(K, arch), USE_L2NORM=True)
