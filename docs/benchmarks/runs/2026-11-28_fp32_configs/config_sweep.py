@@ -1,6 +1,7 @@
 """Launch configurations of the fp32 backward's three pair-sensitive kernels, one at a time (2026-11-28).
 
-    PYTHONPATH=. python docs/benchmarks/runs/2026-11-28_fp32_configs/config_sweep.py [--dtype fp32] [--part 0 --parts 1] [--only gate]
+    PYTHONPATH=. python docs/benchmarks/runs/2026-11-28_fp32_configs/config_sweep.py [--dtype fp32] \
+        [--part 0 --parts 1] [--only gate]
 
 A Kimi-flags fwd+bwd step (benchmarks.roofline.step) at B2 T8192 H32 K = V = 128 in fp32; each variant replaces one
 kernel's table entry (the chunk-local backward's spanning form `intra_bwd_config`, the WY backward `wy_bwd_config`,
@@ -28,6 +29,10 @@ WY = [IntraConfig(16, 64, 64, 4, 1), IntraConfig(16, 64, 32, 4, 1), IntraConfig(
       IntraConfig(16, 64, 64, 8, 1), IntraConfig(16, 32, 64, 4, 1), IntraConfig(16, 128, 64, 8, 1)]
 GATE = [GateBwdConfig(64, 4), GateBwdConfig(32, 4), GateBwdConfig(64, 8), GateBwdConfig(128, 8),
         GateBwdConfig(32, 2), GateBwdConfig(128, 4)]
+
+
+def _fields(cfg) -> tuple:
+    return tuple(cfg) if isinstance(cfg, tuple) else dataclasses.astuple(cfg)
 
 
 def variants():
@@ -60,13 +65,13 @@ def main():
         try:
             times = kernel_times(chunk_kda, d, do, steps=5)
         except Exception as exc:  # a variant this GPU cannot run is reported, not fatal
-            print(f"{what} {tuple(cfg) if isinstance(cfg, tuple) else dataclasses.astuple(cfg)} failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+            print(f"{what} {_fields(cfg)} failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
             continue
         finally:
             setattr(mod, name, saved)
         mine = {k: v for k, v in times.items() if k.startswith(prefix)}
         total = sum(v for k, v in times.items() if "kda" in k)
-        print(f"{what} {tuple(cfg) if isinstance(cfg, tuple) else dataclasses.astuple(cfg)} | " + " ".join(f"{k[:30]} {v:.1f}" for k, v in mine.items())
+        print(f"{what} {_fields(cfg)} | " + " ".join(f"{k[:30]} {v:.1f}" for k, v in mine.items())
               + f" | kda total {total:.1f} us", flush=True)
 
 
