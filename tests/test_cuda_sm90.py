@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from cuda_fast import build, library, sm90, sm90_bwd
+from cuda_fast import build, library, sm90, sm90_bwd, sm90_v2
 from cuda_fast.library import Library
 from cuda_fast.targets import CAPABILITY_TARGETS
 from reference.kda import kda_chunk, kda_recurrent
@@ -83,6 +83,17 @@ def test_library_abi_and_entry_point_validation(tmp_path, monkeypatch):
         assert "q is null" in call()
         host = torch.zeros(64)
         assert "q is not memory of the current CUDA device" in call(q=host.data_ptr())
+
+    # the 64-token recurrence's entry point (cuda_fast.sm90_v2), bound with its own argument block
+    lib64 = Library(build.library("90a")).entry("kda_state64_fwd", sm90_v2.State64Args)
+
+    def call64(**fields):
+        with pytest.raises(RuntimeError) as info:
+            lib64(sm90_v2.State64Args(**{**dict(N=1, TT=4, NT=1, HV=1), **fields}), 0)
+        return str(info.value)
+
+    assert "bad sizes N=1 TT=4 NT=1 HV=0" in call64(HV=0)
+    assert ("no current CUDA device" if not torch.cuda.is_available() else "qg is null") in call64()
 
 
 def test_build_reports_a_missing_nvcc(monkeypatch):

@@ -12,6 +12,8 @@
 //       per chunk: v_new = u - w S,  o = qg S + Aqk v_new,  S <- diag(decay) S + kg^T v_new,
 //       with S^T held in fp32 mma accumulators (its bf16 copy is the A operand of the next products).
 // Intermediates live in chunk-padded, head-major workspaces ([HV, NT, 16, 128]); rows past a sequence end are zero.
+// A third kernel, kda_state64_fwd_kernel (entry point kda_state64_fwd, sm_90a; backend sm90_v2, opt-in), walks the
+// recurrence over 64-token chunks on wgmma from the token-major outputs of Triton's intra forward.
 #include "common.cuh"
 
 // the C ABI's argument block (mirrored by cuda_fast.sm90.FwdArgs)
@@ -40,6 +42,24 @@ struct FwdArgs {
     int32_t gate;                 // 0: g is the log decay; 1: -exp(A_log) softplus(g + dt_bias); 2: lb sigmoid(...)
     int32_t l2norm, beta_sigmoid, g_fp32, beta_fp32, v_first, block_v;
     int32_t state_wgmma;          // 1: the recurrence on wgmma (`kda_state_fwd_wgmma_kernel`, block_v 64)
+};
+
+// the argument block of kda_state64_fwd (mirrored by cuda_fast.sm90_v2.State64Args): the recurrence over 64-token
+// chunks on the intra stage's token-major outputs (triton_kda.wy.IntraOut of Triton's intra forward, BT = 64)
+struct State64Args {
+    const __nv_bfloat16* qg;      // [TT, HV, K]: scale q e^{G}
+    const __nv_bfloat16* kg;      // [TT, HV, K]: k e^{G_last - G}
+    const __nv_bfloat16* w;       // [TT, HV, K]
+    const __nv_bfloat16* u;       // [TT, HV, V]
+    const __nv_bfloat16* aqk;     // [TT, HV, 64]: zero above the diagonal
+    const float* gl;              // [NT, HV, K]: G of each chunk's last token (log2 units)
+    const float* h0;              // [N, HV, K, V] (V-first: [N, HV, V, K]) or null
+    const int64_t* cu_seqlens;    // [N + 1]
+    const int64_t* chunk_offsets; // [N + 1]: first 64-token chunk of each sequence
+    __nv_bfloat16* o;             // [TT, HV, V]
+    float* ht;                    // [N, HV, K, V] (V-first: [N, HV, V, K]) or null
+    int64_t N, TT, NT, HV;
+    int32_t v_first, reserved;
 };
 
 namespace {
@@ -108,26 +128,29 @@ __device__ __forceinline__ void store_tile(__nv_bfloat16* stage, const uint32_t 
 __device__ __forceinline__ int swz(int r, int c) { return r * D + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7); }
 
 // a thread's fragments of one head's state: s[nt][e] = S^T[v, k], v = v0 (+8 for e >= 2), k = 8 nt + gj (+1 for odd
-// e), at `state` of h0 / ht ([K, V], or [V, K] with v_first); h0 null: zeros
-__device__ __forceinline__ int64_t state_offset(const FwdArgs& a, int nt, int e, int64_t v0, int gj) {
+// e), at `state` of h0 / ht ([K, V], or [V, K] with v_first); h0 null: zeros. The wgmma recurrences use them;
+// `kda_state_fwd_kernel` keeps the same loops inline: through these helpers (9c9080a) its register allocation went
+// 168 -> 152 and its time at B2 T8192 H32 468 -> 555 us on an H200 (docs/benchmarks/runs/2026-11-28_state64)
+__device__ __forceinline__ int64_t state_offset(int v_first, int nt, int e, int64_t v0, int gj) {
     const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
-    return a.v_first ? v * D + kcol : kcol * D + v;
+    return v_first ? v * D + kcol : kcol * D + v;
 }
 
-__device__ __forceinline__ void load_state(const FwdArgs& a, int64_t state, int64_t v0, int gj, float (&s)[16][4]) {
+__device__ __forceinline__ void load_state(const float* h0, int v_first, int64_t state, int64_t v0, int gj,
+                                           float (&s)[16][4]) {
 #pragma unroll
     for (int nt = 0; nt < 16; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = a.h0 == nullptr ? 0.0f : a.h0[state + state_offset(a, nt, e, v0, gj)];
+        for (int e = 0; e < 4; ++e) s[nt][e] = h0 == nullptr ? 0.0f : h0[state + state_offset(v_first, nt, e, v0, gj)];
     }
 }
 
-__device__ __forceinline__ void store_state(const FwdArgs& a, int64_t state, int64_t v0, int gj,
+__device__ __forceinline__ void store_state(float* ht, int v_first, int64_t state, int64_t v0, int gj,
                                             const float (&s)[16][4]) {
 #pragma unroll
     for (int nt = 0; nt < 16; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) a.ht[state + state_offset(a, nt, e, v0, gj)] = s[nt][e];
+        for (int e = 0; e < 4; ++e) ht[state + state_offset(v_first, nt, e, v0, gj)] = s[nt][e];
     }
 }
 
@@ -446,7 +469,14 @@ __global__ void __launch_bounds__(BV * 2) kda_state_fwd_kernel(const FwdArgs a) 
     const int64_t v0 = vb * BV + warp * 16 + gi;
     const int64_t state = (n * a.HV + hv) * D * D;
     float s[16][4];
-    load_state(a, state, v0, gj, s);
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
+            s[nt][e] = a.h0 == nullptr ? 0.0f : a.h0[state + (a.v_first ? v * D + kcol : kcol * D + v)];
+        }
+    }
 
 #pragma unroll
     for (int st = 0; st < K2_STAGES - 1; ++st) {
@@ -542,7 +572,16 @@ __global__ void __launch_bounds__(BV * 2) kda_state_fwd_kernel(const FwdArgs a) 
         }
     }
     cp_async_wait<0>();
-    if (a.ht != nullptr) store_state(a, state, v0, gj, s);
+    if (a.ht != nullptr) {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t v = v0 + (e >> 1) * 8, kcol = nt * 8 + gj + (e & 1);
+                a.ht[state + (a.v_first ? v * D + kcol : kcol * D + v)] = s[nt][e];
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -605,16 +644,17 @@ __device__ __forceinline__ void wgmma_n16(float d[8], const uint32_t a[4], uint6
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
-// s[16][4] += A x B (N-major: imm-trans-b 1), m64n128k16; s[nt][e] is accumulator 4 nt + e
-__device__ __forceinline__ void wgmma_n128_t(float (&s)[16][4], const uint32_t a[4], uint64_t desc) {
+// s[16][4] (+)= A x B, m64n128k16, B N-major (TRANS_B 1: imm-trans-b) or K-major (0); s[nt][e] is accumulator 4 nt + e
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_n128(float (&s)[16][4], const uint32_t a[4], uint64_t desc, int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
         : "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]), "+f"(s[1][0]), "+f"(s[1][1]), "+f"(s[1][2]),
           "+f"(s[1][3]), "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]), "+f"(s[2][3]), "+f"(s[3][0]), "+f"(s[3][1]),
           "+f"(s[3][2]), "+f"(s[3][3]), "+f"(s[4][0]), "+f"(s[4][1]), "+f"(s[4][2]), "+f"(s[4][3]), "+f"(s[5][0]),
@@ -625,6 +665,22 @@ __device__ __forceinline__ void wgmma_n128_t(float (&s)[16][4], const uint32_t a
           "+f"(s[12][0]), "+f"(s[12][1]), "+f"(s[12][2]), "+f"(s[12][3]), "+f"(s[13][0]), "+f"(s[13][1]),
           "+f"(s[13][2]), "+f"(s[13][3]), "+f"(s[14][0]), "+f"(s[14][1]), "+f"(s[14][2]), "+f"(s[14][3]),
           "+f"(s[15][0]), "+f"(s[15][1]), "+f"(s[15][2]), "+f"(s[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate), "n"(TRANS_B));
+}
+
+// d[8][4] += A x B (K-major), m64n64k16
+__device__ __forceinline__ void wgmma_n64_acc(float (&d)[8][4], const uint32_t a[4], uint64_t desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+          "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+          "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+          "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
@@ -686,7 +742,7 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
     const int64_t v0 = vb * BV + warp * 16 + gi;
     const int64_t state = (n * a.HV + hv) * D * D;
     float s[16][4];
-    load_state(a, state, v0, gj, s);
+    load_state(a.h0, a.v_first, state, v0, gj, s);
 
 #pragma unroll
     for (int st = 0; st < K2_STAGES - 1; ++st) {
@@ -762,7 +818,7 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
         wg_fence();
         fence_operands<64>(&s[0][0]);
         fence_operands<8>(o2);
-        wgmma_n128_t(s, fv, d_kg0 + d_st);
+        wgmma_n128<1>(s, fv, d_kg0 + d_st, 1);
         wgmma_n16(o2, fv, d_aq0 + d_st);
         wg_commit();
         wg_wait0();
@@ -781,9 +837,220 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
         }
     }
     cp_async_wait<0>();
-    if (a.ht != nullptr) store_state(a, state, v0, gj, s);
+    if (a.ht != nullptr) store_state(a.ht, a.v_first, state, v0, gj, s);
 #endif
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// The recurrence over 64-token chunks on wgmma (sm_90a), on the intra stage's token-major outputs (`State64Args`):
+// one warpgroup per (sequence, v-head, 64 state columns), S^T[v, k] in fp32 m64n128 accumulators as in
+// `kda_state_fwd_wgmma_kernel`, a quarter of its steps. Per 64-token chunk:
+//   [P | O1] = S^T [w ; qg]^T          8 x m64n128k16, B K-major (w tokens are columns 0-63, qg tokens 64-127)
+//   v_new^T  = u^T - P                  (non-finite values zeroed, as Triton's state pass does)
+//   S^T      = S^T diag(2^gl) + v_new^T kg        4 x m64n128k16, B N-major (kg rows as stored)
+//   o^T      = O1 + v_new^T Aqk^T                 4 x m64n64k16 into O1's accumulators, B K-major
+// Shared-memory tiles in the canonical no-swizzle core-matrix layouts (8 rows x 16 bytes, rows 16 bytes apart).
+constexpr int C64 = 64;                                   // tokens per chunk
+constexpr int X_WQ = 2 * C64 * D * 2;                     // [w ; qg]: core (n, k) at (n/8) 2048 + (k/8) 128
+constexpr int X_KG = C64 * D * 2;                         // kg: 16-token slabs of 4096 B, core (c, t) at
+                                                          //   (t/16) 4096 + (c/8) 256 + ((t/8) & 1) 128
+constexpr int X_AQK = C64 * C64 * 2;                      // Aqk: core (i, j) at (i/8) 1024 + (j/8) 128
+constexpr int X_UPAD = 64 + 8;                            // bf16 row stride of the u and o tiles
+constexpr int X_U = C64 * X_UPAD * 2;                     // u: 64 tokens x 64 (+8 pad), row-major
+constexpr int X_STAGE = X_WQ + X_KG + X_AQK + X_U + D * 4;
+#ifndef KDA_STATE64_STAGES
+#define KDA_STATE64_STAGES 3  // chunks in flight (210432 B of shared memory); H200, B2 T8192 H32: 2 stages 493 us,
+                              // 3 stages 464 us (docs/benchmarks/runs/2026-11-28_state64)
+#endif
+constexpr int X_STAGES = KDA_STATE64_STAGES;
+
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool pred) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0));
+}
+
+__global__ void __launch_bounds__(128, 1) kda_state64_fwd_kernel(const State64Args a) {
+#if defined(KDA_WGMMA)
+    constexpr int BV = 64, THREADS = 128;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
+    const int64_t n = blockIdx.x / (D / BV), vb = blockIdx.x % (D / BV);
+    const int64_t hv = blockIdx.y, HV = a.HV;
+    const int64_t bos = a.cu_seqlens[n], len = a.cu_seqlens[n + 1] - bos;
+    const int64_t nch = (len + C64 - 1) / C64, c_first = a.chunk_offsets[n];
+
+    // each thread's 16-byte pieces of a stage: [w ; qg] and kg 8 each (row r, channels 8 p8 ..), Aqk and u 4 each,
+    // gl one (threads 0-31); shared-memory offsets computed once, global ones from the row
+    uint32_t o_w[8], o_k[8], o_a[4], o_u[4];
+    int r_w[8], r_a[4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = tid + j * THREADS, r = i >> 4, p8 = i & 15;
+        r_w[j] = r;
+        o_w[j] = (r >> 3) * 2048 + p8 * 128 + (r & 7) * 16;
+        o_k[j] = X_WQ + (r >> 4) * 4096 + p8 * 256 + ((r >> 3) & 1) * 128 + (r & 7) * 16;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int i = tid + j * THREADS, r = i >> 3, p8 = i & 7;
+        r_a[j] = r;
+        o_a[j] = X_WQ + X_KG + (r >> 3) * 1024 + p8 * 128 + (r & 7) * 16;
+        o_u[j] = X_WQ + X_KG + X_AQK + (r * X_UPAD + p8 * 8) * 2;
+    }
+    const uint32_t smem0 = smem_addr(smem);
+    auto load_stage = [&](int64_t c, int st) {
+        const uint32_t base = smem0 + st * X_STAGE;
+        const int64_t t0 = bos + c * C64, rows = len - c * C64;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const bool ok = r_w[j] < rows;
+            const int64_t g = ((t0 + (ok ? r_w[j] : 0)) * HV + hv) * D + ((tid + j * THREADS) & 15) * 8;
+            cp_async16_zfill(base + o_w[j], a.w + g, ok);
+            cp_async16_zfill(base + o_w[j] + 8 * 2048, a.qg + g, ok);
+            cp_async16_zfill(base + o_k[j], a.kg + g, ok);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const bool ok = r_a[j] < rows;
+            const int64_t row = (t0 + (ok ? r_a[j] : 0)) * HV + hv;
+            const int p8 = (tid + j * THREADS) & 7;
+            cp_async16_zfill(base + o_a[j], a.aqk + row * C64 + p8 * 8, ok);
+            cp_async16_zfill(base + o_u[j], a.u + row * D + vb * BV + p8 * 8, ok);
+        }
+        if (tid < D / 4) cp_async16_to(base + X_WQ + X_KG + X_AQK + X_U + tid * 16,
+                                       a.gl + ((c_first + c) * HV + hv) * D + tid * 4);
+    };
+
+    // s[nt][e] = S^T[v, k], v = 16 warp + gi (+8 for e >= 2), k = 8 nt + gj (+1 for odd e)
+    const int gi = lane >> 2, gj = (lane & 3) * 2;
+    const int64_t v0 = vb * BV + warp * 16 + gi;
+    const int64_t state = (n * HV + hv) * D * D;
+    float s[16][4];
+    load_state(a.h0, a.v_first, state, v0, gj, s);
+
+#pragma unroll
+    for (int st = 0; st < X_STAGES - 1; ++st) {
+        if (st < nch) load_stage(st, st);
+        cp_async_commit();
+    }
+    __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(smem + X_STAGES * X_STAGE);  // [64, X_UPAD] output tile
+    // the stage-0 descriptors; a stage's are these plus its offset (addresses in 16-byte units, below 2^14)
+    const uint64_t d_wq0 = smem_desc(smem, 128, 2048), d_kg0 = smem_desc(smem + X_WQ, 128, 256),
+                   d_aq0 = smem_desc(smem + X_WQ + X_KG, 128, 1024);
+    // ldmatrix / stmatrix rows of a thread in a 16-token block of the u and o tiles
+    const int lm_row = ((lane >> 4) << 3) + (lane & 7), lm_col = warp * 16 + ((lane >> 3) & 1) * 8;
+
+    for (int64_t c = 0; c < nch; ++c) {
+        cp_async_wait<X_STAGES - 2>();
+        fence_async_smem();  // the cp.async writes (generic proxy) before wgmma reads them (async proxy)
+        __syncthreads();
+        if (c + X_STAGES - 1 < nch) load_stage(c + X_STAGES - 1, static_cast<int>((c + X_STAGES - 1) % X_STAGES));
+        cp_async_commit();
+        const int st = static_cast<int>(c % X_STAGES);
+        const unsigned char* base = smem + st * X_STAGE;
+        const __nv_bfloat16* su = reinterpret_cast<const __nv_bfloat16*>(base + X_WQ + X_KG + X_AQK);
+        const float* sgl = reinterpret_cast<const float*>(base + X_WQ + X_KG + X_AQK + X_U);
+        const uint64_t d_st = static_cast<uint64_t>(st * X_STAGE) >> 4;
+
+        // [P | O1] = S^T [w ; qg]^T: accumulator n-tiles 0-7 are P (tokens 0-63), 8-15 are O1
+        float pq[16][4];
+        uint32_t fs[8][4];
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            fs[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            fs[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            fs[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            fs[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        fence_operands<32>(&fs[0][0]);
+        wg_fence();
+        fence_operands<64>(&pq[0][0]);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) wgmma_n128<0>(pq, fs[kk], d_wq0 + d_st + kk * 256 / 16, kk > 0);
+        wg_commit();
+        // u^T [v, token] in the accumulator layout while the products run: the u tile read transposed, one ldmatrix
+        // per 16-token block; fu[b][q]: v-rows (q & 1) 8 + gi, tokens 16 b + (q >> 1) 8 + gj, + 1
+        uint32_t fu[4][4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) ldsm_x4_t(fu[b], su + (16 * b + lm_row) * X_UPAD + lm_col);
+        wg_wait0();
+        fence_operands<64>(&pq[0][0]);
+        fence_operands<32>(&fs[0][0]);
+
+        // v_new^T = u^T - P as the bf16 A operand (64 v-rows x 64 tokens: four k16 blocks); S^T <- S^T diag(2^gl)
+        uint32_t fv[4][4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            float vn[2][4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const float2 x = unpack_bf16(fu[b][q]);
+                const int nt = 2 * b + (q >> 1), e = (q & 1) * 2;
+                vn[q >> 1][e] = x.x - pq[nt][e];
+                vn[q >> 1][e + 1] = x.y - pq[nt][e + 1];
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) vn[i][e] = isfinite(vn[i][e]) ? vn[i][e] : 0.0f;
+            }
+            fv[b][0] = pack_bf16(vn[0][0], vn[0][1]);
+            fv[b][1] = pack_bf16(vn[0][2], vn[0][3]);
+            fv[b][2] = pack_bf16(vn[1][0], vn[1][1]);
+            fv[b][3] = pack_bf16(vn[1][2], vn[1][3]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+            const float2 g = *reinterpret_cast<const float2*>(sgl + nt * 8 + gj);
+            const float d0 = exp2f(g.x), d1 = exp2f(g.y);
+            s[nt][0] *= d0; s[nt][1] *= d1; s[nt][2] *= d0; s[nt][3] *= d1;
+        }
+        // S^T += v_new^T kg;  O2 = v_new^T Aqk^T (its own accumulators), o^T = O1 + O2
+        float oo[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) oo[i][e] = 0.0f;
+        }
+        wg_fence();
+        fence_operands<64>(&s[0][0]);
+        fence_operands<32>(&oo[0][0]);
+        fence_operands<16>(&fv[0][0]);
+#pragma unroll
+        for (int b = 0; b < 4; ++b) wgmma_n128<1>(s, fv[b], d_kg0 + d_st + b * 4096 / 16, 1);
+#pragma unroll
+        for (int b = 0; b < 4; ++b) wgmma_n64_acc(oo, fv[b], d_aq0 + d_st + b * 256 / 16);
+        wg_commit();
+        wg_wait0();
+        fence_operands<64>(&s[0][0]);
+        fence_operands<32>(&oo[0][0]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) oo[i][e] += pq[8 + i][e];
+        }
+        // o^T [v, token] out transposed into the [token, v] tile, a 16-token block per stmatrix
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            stsm_x4_t(so + (16 * b + lm_row) * X_UPAD + lm_col, pack_bf16(oo[2 * b][0], oo[2 * b][1]),
+                      pack_bf16(oo[2 * b][2], oo[2 * b][3]), pack_bf16(oo[2 * b + 1][0], oo[2 * b + 1][1]),
+                      pack_bf16(oo[2 * b + 1][2], oo[2 * b + 1][3]));
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {  // 16-byte pieces of o: row r_a[j], columns 8 p8 ..
+            if (c * C64 + r_a[j] < len) {
+                const int p8 = (tid + j * THREADS) & 7;
+                *reinterpret_cast<uint4*>(a.o + ((bos + c * C64 + r_a[j]) * HV + hv) * D + vb * BV + p8 * 8) =
+                    *reinterpret_cast<const uint4*>(so + r_a[j] * X_UPAD + p8 * 8);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    if (a.ht != nullptr) store_state(a.ht, a.v_first, state, v0, gj, s);
+#endif
+}
+
+constexpr int k64_smem_bytes() { return X_STAGES * X_STAGE + C64 * X_UPAD * 2; }
 
 constexpr int k2_wgmma_smem_bytes() { return K2_STAGES * W_STAGE + BT * (64 + 8) * 2; }
 
@@ -882,4 +1149,45 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
         return fail(err, errlen, msg);
     }
     return 0;
+}
+
+extern "C" int kda_state64_fwd_args_size() { return static_cast<int>(sizeof(State64Args)); }
+
+// the recurrence over 64-token chunks (`kda_state64_fwd_kernel`, sm_90a library only) on the caller's stream
+extern "C" int kda_state64_fwd(const State64Args* args, void* stream, char* err, int errlen) {
+    if (args == nullptr) return fail(err, errlen, "kda_state64_fwd: args is null");
+    const State64Args& a = *args;
+    char msg[512];
+    if (a.N < 1 || a.TT < 0 || a.NT < 0 || a.HV < 1 || a.HV > 65535) {
+        snprintf(msg, sizeof msg, "kda_state64_fwd: bad sizes N=%lld TT=%lld NT=%lld HV=%lld (need N >= 1, "
+                 "1 <= HV <= 65535)", (long long)a.N, (long long)a.TT, (long long)a.NT, (long long)a.HV);
+        return fail(err, errlen, msg);
+    }
+    const int64_t blocks = a.N * (D / 64);
+    if (blocks > 0x7fffffffLL) return fail(err, errlen, "kda_state64_fwd: grid too large");
+    if (a.TT == 0) return 0;
+    const Ptr ptrs[] = {
+        {a.qg, "qg", 16, true}, {a.kg, "kg", 16, true}, {a.w, "w", 16, true}, {a.u, "u", 16, true},
+        {a.aqk, "aqk", 16, true}, {a.gl, "gl", 16, true}, {a.h0, "initial_state", 4, false},
+        {a.cu_seqlens, "cu_seqlens", 8, true}, {a.chunk_offsets, "chunk_offsets", 8, true}, {a.o, "o", 16, true},
+        {a.ht, "final_state", 4, false},
+    };
+    if (check_pointers("kda_state64_fwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
+#if defined(__CUDA_ARCH_LIST__) && __CUDA_ARCH_LIST__ == 900
+    const int smem = k64_smem_bytes();
+    cudaError_t e = cudaFuncSetAttribute(kda_state64_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess) {
+        kda_state64_fwd_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(a.HV)), 128, smem,
+                                 static_cast<cudaStream_t>(stream)>>>(a);
+        e = cudaGetLastError();
+    }
+    if (e != cudaSuccess) {
+        snprintf(msg, sizeof msg, "kda_state64_fwd: launch: %s", cudaGetErrorString(e));
+        return fail(err, errlen, msg);
+    }
+    return 0;
+#else
+    (void)stream;
+    return fail(err, errlen, "kda_state64_fwd: the 64-token recurrence is in the sm_90a library only");
+#endif
 }
