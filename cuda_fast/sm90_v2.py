@@ -62,12 +62,13 @@ def state64_fwd(intra, initial_state, plan, *, output_final_state: bool, state_v
     None) from ``intra`` (``triton_kda.wy.IntraOut`` of Triton's intra forward at BT = 64, bf16) and the fp32 initial
     state or None; ``out`` / ``final_state`` may be given (tests pass NaN-filled buffers)."""
     TT, HV, K = intra.w.shape
+    V = intra.u.shape[-1]
     dev = intra.w.device
     lib = entry_for(dev, "kda_state64_fwd", State64Args)
-    o = torch.empty(TT, HV, K, device=dev, dtype=torch.bfloat16) if out is None else out
+    o = torch.empty(TT, HV, V, device=dev, dtype=torch.bfloat16) if out is None else out
     ht = None
     if output_final_state:
-        ht = torch.empty(plan.N, HV, K, K, device=dev, dtype=torch.float32) if final_state is None else final_state
+        ht = torch.empty(plan.N, HV, K, V, device=dev, dtype=torch.float32) if final_state is None else final_state
     h0 = initial_state.contiguous() if initial_state is not None else None
     args = State64Args(
         qg=_ptr(intra.qg), kg=_ptr(intra.kg), w=_ptr(intra.w), u=_ptr(intra.u), aqk=_ptr(intra.Aqk),

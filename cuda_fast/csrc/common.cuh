@@ -14,12 +14,17 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(pred ? 16 : 0));
+// 16 bytes global -> shared at a shared-memory address (`smem_addr`); pred false: zeros, nothing read
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool pred) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0));
 }
 
-// the same, to a shared-memory address (`smem_addr`), always copying
+// the same, to a generic pointer into shared memory
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+    cp_async16_zfill(smem_addr(dst), src, pred);
+}
+
+// 16 bytes global -> shared at a shared-memory address, always copying
 __device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }

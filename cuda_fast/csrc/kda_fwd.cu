@@ -864,10 +864,6 @@ constexpr int X_STAGE = X_WQ + X_KG + X_AQK + X_U + D * 4;
 #endif
 constexpr int X_STAGES = KDA_STATE64_STAGES;
 
-__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool pred) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0));
-}
-
 __global__ void __launch_bounds__(128, 1) kda_state64_fwd_kernel(const State64Args a) {
 #if defined(KDA_WGMMA)
     constexpr int BV = 64, THREADS = 128;
