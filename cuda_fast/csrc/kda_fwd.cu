@@ -855,49 +855,64 @@ constexpr int X_WQ = 2 * C64 * D * 2;                     // [w ; qg]: core (n, 
 constexpr int X_KG = C64 * D * 2;                         // kg: 16-token slabs of 4096 B, core (c, t) at
                                                           //   (t/16) 4096 + (c/8) 256 + ((t/8) & 1) 128
 constexpr int X_AQK = C64 * C64 * 2;                      // Aqk: core (i, j) at (i/8) 1024 + (j/8) 128
-constexpr int X_UPAD = 64 + 8;                            // bf16 row stride of the u and o tiles
-constexpr int X_U = C64 * X_UPAD * 2;                     // u: 64 tokens x 64 (+8 pad), row-major
-constexpr int X_STAGE = X_WQ + X_KG + X_AQK + X_U + D * 4;
+// WGS consumer warpgroups per CTA, each owning 64 state columns: 1 (a CTA per 64 columns) or 2 (a CTA per head, the
+// w / qg / kg / Aqk tiles loaded once for both halves)
+template <int WGS> constexpr int x_upad() { return 64 * WGS + 8; }        // bf16 row stride of the u and o tiles
+template <int WGS> constexpr int x_u() { return C64 * x_upad<WGS>() * 2; }  // u: 64 tokens x 64 WGS (+8 pad)
+template <int WGS> constexpr int x_stage() { return X_WQ + X_KG + X_AQK + x_u<WGS>() + D * 4; }
+#ifndef KDA_STATE64_WGS
+#define KDA_STATE64_WGS 1  // consumer warpgroups per CTA (1 or 2), timed in docs/benchmarks/runs/2026-11-28_state64
+#endif
 #ifndef KDA_STATE64_STAGES
 #define KDA_STATE64_STAGES 3  // chunks in flight (210432 B of shared memory); H200, B2 T8192 H32: 2 stages 493 us,
                               // 3 stages 464 us (docs/benchmarks/runs/2026-11-28_state64)
 #endif
-constexpr int X_STAGES = KDA_STATE64_STAGES;
+template <int WGS> constexpr int x_stages() { return WGS == 1 ? KDA_STATE64_STAGES : 2; }  // 2 x 75264 B with 2
 
-__global__ void __launch_bounds__(128, 1) kda_state64_fwd_kernel(const State64Args a) {
+template <int WGS>
+__global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const State64Args a) {
 #if defined(KDA_WGMMA)
-    constexpr int BV = 64, THREADS = 128;
+    constexpr int BV = 64, THREADS = 128 * WGS, X_UPAD = x_upad<WGS>(), X_U = x_u<WGS>(), X_STAGE = x_stage<WGS>();
+    constexpr int X_STAGES = x_stages<WGS>(), PW = 1024 / THREADS, PA = 512 / THREADS, PU = 64 * WGS * 8 / THREADS;
     extern __shared__ __align__(16) unsigned char smem[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
-    const int64_t n = blockIdx.x / (D / BV), vb = blockIdx.x % (D / BV);
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, tid = threadIdx.x;
+    const int64_t n = blockIdx.x / (D / BV / WGS);
+    const int64_t vb = WGS == 2 ? threadIdx.x >> 7 : blockIdx.x % (D / BV);  // this warpgroup's 64 columns
     const int64_t hv = blockIdx.y, HV = a.HV;
     const int64_t bos = a.cu_seqlens[n], len = a.cu_seqlens[n + 1] - bos;
     const int64_t nch = (len + C64 - 1) / C64, c_first = a.chunk_offsets[n];
 
-    // each thread's 16-byte pieces of a stage: [w ; qg] and kg 8 each (row r, channels 8 p8 ..), Aqk and u 4 each,
-    // gl one (threads 0-31); shared-memory offsets computed once, global ones from the row
-    uint32_t o_w[8], o_k[8], o_a[4], o_u[4];
-    int r_w[8], r_a[4];
+    // each thread's 16-byte pieces of a stage: [w ; qg] and kg PW each (row r, channels 8 p8 ..), Aqk PA, u (and o)
+    // PU, gl one (threads 0-31); shared-memory offsets computed once, global ones from the row
+    uint32_t o_w[PW], o_k[PW], o_a[PA], o_u[PU];
+    int r_w[PW], r_a[PA], r_u[PU];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < PW; ++j) {
         const int i = tid + j * THREADS, r = i >> 4, p8 = i & 15;
         r_w[j] = r;
         o_w[j] = (r >> 3) * 2048 + p8 * 128 + (r & 7) * 16;
         o_k[j] = X_WQ + (r >> 4) * 4096 + p8 * 256 + ((r >> 3) & 1) * 128 + (r & 7) * 16;
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < PA; ++j) {
         const int i = tid + j * THREADS, r = i >> 3, p8 = i & 7;
         r_a[j] = r;
         o_a[j] = X_WQ + X_KG + (r >> 3) * 1024 + p8 * 128 + (r & 7) * 16;
+    }
+#pragma unroll
+    for (int j = 0; j < PU; ++j) {  // u and o: 8 WGS pieces a row
+        const int i = tid + j * THREADS, r = i / (8 * WGS), p8 = i % (8 * WGS);
+        r_u[j] = r;
         o_u[j] = X_WQ + X_KG + X_AQK + (r * X_UPAD + p8 * 8) * 2;
     }
+    // u's (and o's) first column in the CTA's tile: the whole head with two warpgroups, else this block's
+    const int64_t v_cta = WGS == 2 ? 0 : vb * BV;
     const uint32_t smem0 = smem_addr(smem);
     auto load_stage = [&](int64_t c, int st) {
         const uint32_t base = smem0 + st * X_STAGE;
         const int64_t t0 = bos + c * C64, rows = len - c * C64;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < PW; ++j) {
             const bool ok = r_w[j] < rows;
             const int64_t g = ((t0 + (ok ? r_w[j] : 0)) * HV + hv) * D + ((tid + j * THREADS) & 15) * 8;
             cp_async16_zfill(base + o_w[j], a.w + g, ok);
@@ -905,12 +920,16 @@ __global__ void __launch_bounds__(128, 1) kda_state64_fwd_kernel(const State64Ar
             cp_async16_zfill(base + o_k[j], a.kg + g, ok);
         }
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < PA; ++j) {
             const bool ok = r_a[j] < rows;
             const int64_t row = (t0 + (ok ? r_a[j] : 0)) * HV + hv;
-            const int p8 = (tid + j * THREADS) & 7;
-            cp_async16_zfill(base + o_a[j], a.aqk + row * C64 + p8 * 8, ok);
-            cp_async16_zfill(base + o_u[j], a.u + row * D + vb * BV + p8 * 8, ok);
+            cp_async16_zfill(base + o_a[j], a.aqk + row * C64 + ((tid + j * THREADS) & 7) * 8, ok);
+        }
+#pragma unroll
+        for (int j = 0; j < PU; ++j) {
+            const bool ok = r_u[j] < rows;
+            const int64_t row = (t0 + (ok ? r_u[j] : 0)) * HV + hv;
+            cp_async16_zfill(base + o_u[j], a.u + row * D + v_cta + ((tid + j * THREADS) % (8 * WGS)) * 8, ok);
         }
         if (tid < D / 4) cp_async16_to(base + X_WQ + X_KG + X_AQK + X_U + tid * 16,
                                        a.gl + ((c_first + c) * HV + hv) * D + tid * 4);
@@ -933,7 +952,8 @@ __global__ void __launch_bounds__(128, 1) kda_state64_fwd_kernel(const State64Ar
     const uint64_t d_wq0 = smem_desc(smem, 128, 2048), d_kg0 = smem_desc(smem + X_WQ, 128, 256),
                    d_aq0 = smem_desc(smem + X_WQ + X_KG, 128, 1024);
     // ldmatrix / stmatrix rows of a thread in a 16-token block of the u and o tiles
-    const int lm_row = ((lane >> 4) << 3) + (lane & 7), lm_col = warp * 16 + ((lane >> 3) & 1) * 8;
+    const int lm_row = ((lane >> 4) << 3) + (lane & 7);
+    const int lm_col = static_cast<int>(vb * BV - v_cta) + warp * 16 + ((lane >> 3) & 1) * 8;
 
     for (int64_t c = 0; c < nch; ++c) {
         cp_async_wait<X_STAGES - 2>();
@@ -1033,11 +1053,11 @@ __global__ void __launch_bounds__(128, 1) kda_state64_fwd_kernel(const State64Ar
         }
         __syncthreads();
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {  // 16-byte pieces of o: row r_a[j], columns 8 p8 ..
-            if (c * C64 + r_a[j] < len) {
-                const int p8 = (tid + j * THREADS) & 7;
-                *reinterpret_cast<uint4*>(a.o + ((bos + c * C64 + r_a[j]) * HV + hv) * D + vb * BV + p8 * 8) =
-                    *reinterpret_cast<const uint4*>(so + r_a[j] * X_UPAD + p8 * 8);
+        for (int j = 0; j < PU; ++j) {  // 16-byte pieces of o: row r_u[j], columns 8 p8 ..
+            if (c * C64 + r_u[j] < len) {
+                const int p8 = (tid + j * THREADS) % (8 * WGS);
+                *reinterpret_cast<uint4*>(a.o + ((bos + c * C64 + r_u[j]) * HV + hv) * D + v_cta + p8 * 8) =
+                    *reinterpret_cast<const uint4*>(so + r_u[j] * X_UPAD + p8 * 8);
             }
         }
     }
@@ -1046,7 +1066,8 @@ __global__ void __launch_bounds__(128, 1) kda_state64_fwd_kernel(const State64Ar
 #endif
 }
 
-constexpr int k64_smem_bytes() { return X_STAGES * X_STAGE + C64 * X_UPAD * 2; }
+template <int WGS>
+constexpr int k64_smem_bytes() { return x_stages<WGS>() * x_stage<WGS>() + C64 * x_upad<WGS>() * 2; }
 
 constexpr int k2_wgmma_smem_bytes() { return K2_STAGES * W_STAGE + BT * (64 + 8) * 2; }
 
@@ -1170,11 +1191,13 @@ extern "C" int kda_state64_fwd(const State64Args* args, void* stream, char* err,
     };
     if (check_pointers("kda_state64_fwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
 #if defined(__CUDA_ARCH_LIST__) && __CUDA_ARCH_LIST__ == 900
-    const int smem = k64_smem_bytes();
-    cudaError_t e = cudaFuncSetAttribute(kda_state64_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    constexpr int WGS = KDA_STATE64_WGS;
+    const int smem = k64_smem_bytes<WGS>();
+    cudaError_t e = cudaFuncSetAttribute(kda_state64_fwd_kernel<WGS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem);
     if (e == cudaSuccess) {
-        kda_state64_fwd_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(a.HV)), 128, smem,
-                                 static_cast<cudaStream_t>(stream)>>>(a);
+        kda_state64_fwd_kernel<WGS><<<dim3(static_cast<unsigned>(blocks / WGS), static_cast<unsigned>(a.HV)),
+                                       128 * WGS, smem, static_cast<cudaStream_t>(stream)>>>(a);
         e = cudaGetLastError();
     }
     if (e != cudaSuccess) {
