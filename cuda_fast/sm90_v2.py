@@ -31,7 +31,7 @@ class State64Args(ctypes.Structure):
         *((name, ctypes.c_void_p) for name in (
             "qg", "kg", "w", "u", "aqk", "gl", "h0", "cu_seqlens", "chunk_offsets", "o", "ht")),
         *((name, ctypes.c_int64) for name in ("N", "TT", "NT", "HV")),
-        *((name, ctypes.c_int32) for name in ("v_first", "reserved")),
+        *((name, ctypes.c_int32) for name in ("v_first", "wgs")),
     ]
 
 
@@ -56,11 +56,14 @@ def verify(args: dict) -> tuple[bool, str]:
 
 
 def state64_fwd(intra, initial_state, plan, *, output_final_state: bool, state_v_first: bool,
-                out: torch.Tensor | None = None,
-                final_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                out: torch.Tensor | None = None, final_state: torch.Tensor | None = None,
+                wgs: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The recurrence over 64-token chunks: (o [TT, HV, V] bf16, final state [N, HV, K, V] fp32 (V-first if asked) or
     None) from ``intra`` (``triton_kda.wy.IntraOut`` of Triton's intra forward at BT = 64, bf16) and the fp32 initial
-    state or None; ``out`` / ``final_state`` may be given (tests pass NaN-filled buffers)."""
+    state or None; ``out`` / ``final_state`` may be given (tests pass NaN-filled buffers). ``wgs``: consumer warpgroups
+    per CTA, 1 (a CTA per 64 state columns), 2 (a CTA per head) or 0 (2 where one-warpgroup CTAs outnumber the SMs)."""
+    if wgs not in (0, 1, 2):
+        raise ValueError(f"wgs must be 0, 1 or 2, got {wgs!r}")
     TT, HV, K = intra.w.shape
     V = intra.u.shape[-1]
     dev = intra.w.device
@@ -73,7 +76,7 @@ def state64_fwd(intra, initial_state, plan, *, output_final_state: bool, state_v
     args = State64Args(
         qg=_ptr(intra.qg), kg=_ptr(intra.kg), w=_ptr(intra.w), u=_ptr(intra.u), aqk=_ptr(intra.Aqk),
         gl=_ptr(intra.gl), h0=_ptr(h0), cu_seqlens=_ptr(plan.cu_seqlens), chunk_offsets=_ptr(plan.chunk_offsets),
-        o=_ptr(o), ht=_ptr(ht), N=plan.N, TT=TT, NT=plan.NT, HV=HV, v_first=int(state_v_first), reserved=0,
+        o=_ptr(o), ht=_ptr(ht), N=plan.N, TT=TT, NT=plan.NT, HV=HV, v_first=int(state_v_first), wgs=wgs,
     )
     with torch.cuda.device(dev):
         lib(args, torch.cuda.current_stream(dev).cuda_stream)

@@ -1,7 +1,7 @@
 """cuda_fast's sm90_v2 backend (Triton's intra forward, then the 64-token recurrence on wgmma): the switch, the
-verifier and the registration on any machine; on an sm_90 GPU, the forward against the fp64 oracle with NaN-poisoned
-outputs, within bf16 rounding of Triton's state pass on the same intra outputs, bit-identical on a rerun, and the
-dispatch with the switch on."""
+verifier, the registration and the warpgroup count's check on any machine; on an sm_90 GPU, with one and with two
+consumer warpgroups a CTA, the forward against the fp64 oracle with NaN-poisoned outputs, within bf16 rounding of
+Triton's state pass on the same intra outputs, bit-identical on a rerun, and the dispatch with the switch on."""
 import math
 
 import pytest
@@ -39,6 +39,11 @@ def test_verifier_keeps_sm90s_scope(monkeypatch):
     assert not ok and "g must be bfloat16 or float32" in why
 
 
+def test_bad_warpgroup_count():
+    with pytest.raises(ValueError, match="wgs must be 0, 1 or 2, got 3"):
+        sm90_v2.state64_fwd(None, None, None, output_final_state=False, state_v_first=False, wgs=3)
+
+
 def test_registered_before_sm90():
     names = [b.name for b in backends.registered()]
     assert names.index("sm90_v2") < names.index("sm90")
@@ -57,8 +62,9 @@ def _intra(d):
 
 @pytest.mark.gpu
 @needs_target
+@pytest.mark.parametrize("wgs", [1, 2], ids=["1wg", "2wg"])
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_recurrence_matches_oracle_and_triton(case):
+def test_recurrence_matches_oracle_and_triton(case, wgs):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the 64-token recurrence is in the sm_90a library")
     d = _case_inputs(case)
@@ -68,7 +74,7 @@ def test_recurrence_matches_oracle_and_triton(case):
     o = torch.full((B * T, HV, V), math.nan, device="cuda", dtype=torch.bfloat16)
     ht = torch.full((plan.N, HV, 128, 128), math.nan, device="cuda")
     o, ht = sm90_v2.state64_fwd(intra, h0, plan, output_final_state=True, state_v_first=p.state_v_first, out=o,
-                                final_state=ht)
+                                final_state=ht, wgs=wgs)
     ref_o, ref_ht = kda_recurrent(**d)
     assert_close("o", o.view(B, T, HV, V), ref_o, 5e-3)
     assert_close("final_state", ht, ref_ht, 5e-3)
@@ -76,7 +82,7 @@ def test_recurrence_matches_oracle_and_triton(case):
                    store_h=False, store_v_new=False, h_dtype=torch.bfloat16)
     assert_close("o vs Triton", o, st.o, 5e-3)
     assert_close("final_state vs Triton", ht, st.final_state, 5e-3)
-    again, _ = sm90_v2.state64_fwd(intra, h0, plan, output_final_state=False, state_v_first=p.state_v_first)
+    again, _ = sm90_v2.state64_fwd(intra, h0, plan, output_final_state=False, state_v_first=p.state_v_first, wgs=wgs)
     assert torch.equal(again, o)
 
 

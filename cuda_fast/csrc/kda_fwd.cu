@@ -59,7 +59,8 @@ struct State64Args {
     __nv_bfloat16* o;             // [TT, HV, V]
     float* ht;                    // [N, HV, K, V] (V-first: [N, HV, V, K]) or null
     int64_t N, TT, NT, HV;
-    int32_t v_first, reserved;
+    int32_t v_first;
+    int32_t wgs;                  // consumer warpgroups per CTA: 1, 2, or 0 (2 where one-warpgroup CTAs outnumber the SMs)
 };
 
 namespace {
@@ -843,8 +844,9 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
 
 // ---------------------------------------------------------------------------------------------------------------
 // The recurrence over 64-token chunks on wgmma (sm_90a), on the intra stage's token-major outputs (`State64Args`):
-// one warpgroup per (sequence, v-head, 64 state columns), S^T[v, k] in fp32 m64n128 accumulators as in
-// `kda_state_fwd_wgmma_kernel`, a quarter of its steps. Per 64-token chunk:
+// a consumer warpgroup per (sequence, v-head, 64 state columns), S^T[v, k] in fp32 m64n128 accumulators as in
+// `kda_state_fwd_wgmma_kernel`, a quarter of its steps; a CTA holds one (a CTA per 64 columns) or both of a head's
+// (one CTA per head, its tiles loaded once: where one-warpgroup CTAs would outnumber the SMs). Per 64-token chunk:
 //   [P | O1] = S^T [w ; qg]^T          8 x m64n128k16, B K-major (w tokens are columns 0-63, qg tokens 64-127)
 //   v_new^T  = u^T - P                  (non-finite values zeroed, as Triton's state pass does)
 //   S^T      = S^T diag(2^gl) + v_new^T kg        4 x m64n128k16, B N-major (kg rows as stored)
@@ -855,14 +857,11 @@ constexpr int X_WQ = 2 * C64 * D * 2;                     // [w ; qg]: core (n, 
 constexpr int X_KG = C64 * D * 2;                         // kg: 16-token slabs of 4096 B, core (c, t) at
                                                           //   (t/16) 4096 + (c/8) 256 + ((t/8) & 1) 128
 constexpr int X_AQK = C64 * C64 * 2;                      // Aqk: core (i, j) at (i/8) 1024 + (j/8) 128
-// WGS consumer warpgroups per CTA, each owning 64 state columns: 1 (a CTA per 64 columns) or 2 (a CTA per head, the
-// w / qg / kg / Aqk tiles loaded once for both halves)
+// WGS consumer warpgroups per CTA, each owning 64 state columns: 1 (a CTA per 64 columns, 3 stages) or 2 (a CTA per
+// head, the w / qg / kg / Aqk tiles loaded once for both halves, 2 stages: 3 would not fit)
 template <int WGS> constexpr int x_upad() { return 64 * WGS + 8; }        // bf16 row stride of the u and o tiles
 template <int WGS> constexpr int x_u() { return C64 * x_upad<WGS>() * 2; }  // u: 64 tokens x 64 WGS (+8 pad)
 template <int WGS> constexpr int x_stage() { return X_WQ + X_KG + X_AQK + x_u<WGS>() + D * 4; }
-#ifndef KDA_STATE64_WGS
-#define KDA_STATE64_WGS 1  // consumer warpgroups per CTA (1 or 2), timed in docs/benchmarks/runs/2026-11-28_state64
-#endif
 #ifndef KDA_STATE64_STAGES
 #define KDA_STATE64_STAGES 3  // chunks in flight (210432 B of shared memory); H200, B2 T8192 H32: 2 stages 493 us,
                               // 3 stages 464 us (docs/benchmarks/runs/2026-11-28_state64)
@@ -882,54 +881,48 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
     const int64_t bos = a.cu_seqlens[n], len = a.cu_seqlens[n + 1] - bos;
     const int64_t nch = (len + C64 - 1) / C64, c_first = a.chunk_offsets[n];
 
-    // each thread's 16-byte pieces of a stage: [w ; qg] and kg PW each (row r, channels 8 p8 ..), Aqk PA, u (and o)
-    // PU, gl one (threads 0-31); shared-memory offsets computed once, global ones from the row
-    uint32_t o_w[PW], o_k[PW], o_a[PA], o_u[PU];
-    int r_w[PW], r_a[PA], r_u[PU];
+    // each thread's 16-byte pieces of a stage: [w ; qg] and kg PW each (rows rw0 + j RW, channels pw ..), Aqk PA
+    // (rows ra0 + j RA), u and o PU (rows ru0 + j RU), gl one (threads 0-31). Global element offsets inside a chunk's
+    // tiles are int32 (64 rows x HV x D < 2^31, checked at launch), added to bases formed once per chunk.
+    constexpr int RW = THREADS / 16, RA = THREADS / 8, RU = THREADS / (8 * WGS);
+    const int rw0 = tid / 16, pw = (tid % 16) * 8, ra0 = tid / 8, pa = (tid % 8) * 8;
+    const int ru0 = tid / (8 * WGS), pu = (tid % (8 * WGS)) * 8;
+    const int32_t sw = static_cast<int32_t>(HV * D), sa = static_cast<int32_t>(HV * C64);
+    uint32_t o_w[PW], o_k[PW];
 #pragma unroll
     for (int j = 0; j < PW; ++j) {
-        const int i = tid + j * THREADS, r = i >> 4, p8 = i & 15;
-        r_w[j] = r;
+        const int r = rw0 + j * RW, p8 = pw / 8;
         o_w[j] = (r >> 3) * 2048 + p8 * 128 + (r & 7) * 16;
         o_k[j] = X_WQ + (r >> 4) * 4096 + p8 * 256 + ((r >> 3) & 1) * 128 + (r & 7) * 16;
     }
-#pragma unroll
-    for (int j = 0; j < PA; ++j) {
-        const int i = tid + j * THREADS, r = i >> 3, p8 = i & 7;
-        r_a[j] = r;
-        o_a[j] = X_WQ + X_KG + (r >> 3) * 1024 + p8 * 128 + (r & 7) * 16;
-    }
-#pragma unroll
-    for (int j = 0; j < PU; ++j) {  // u and o: 8 WGS pieces a row
-        const int i = tid + j * THREADS, r = i / (8 * WGS), p8 = i % (8 * WGS);
-        r_u[j] = r;
-        o_u[j] = X_WQ + X_KG + X_AQK + (r * X_UPAD + p8 * 8) * 2;
-    }
+    const uint32_t o_a = X_WQ + X_KG + (ra0 >> 3) * 1024 + (pa / 8) * 128 + (ra0 & 7) * 16;  // + j (RA / 8) 1024
+    const uint32_t o_u = X_WQ + X_KG + X_AQK + (ru0 * X_UPAD + pu) * 2;                     // + j RU X_UPAD 2
     // u's (and o's) first column in the CTA's tile: the whole head with two warpgroups, else this block's
     const int64_t v_cta = WGS == 2 ? 0 : vb * BV;
     const uint32_t smem0 = smem_addr(smem);
     auto load_stage = [&](int64_t c, int st) {
         const uint32_t base = smem0 + st * X_STAGE;
-        const int64_t t0 = bos + c * C64, rows = len - c * C64;
+        const int64_t row0 = (bos + c * C64) * HV + hv;  // the chunk's first token row of this head
+        const int rows = static_cast<int>(min(len - c * C64, static_cast<int64_t>(C64)));
+        const __nv_bfloat16 *gw = a.w + row0 * D + pw, *gq = a.qg + row0 * D + pw, *gk = a.kg + row0 * D + pw;
+        const __nv_bfloat16 *ga = a.aqk + row0 * C64 + pa, *gu = a.u + row0 * D + v_cta + pu;
 #pragma unroll
         for (int j = 0; j < PW; ++j) {
-            const bool ok = r_w[j] < rows;
-            const int64_t g = ((t0 + (ok ? r_w[j] : 0)) * HV + hv) * D + ((tid + j * THREADS) & 15) * 8;
-            cp_async16_zfill(base + o_w[j], a.w + g, ok);
-            cp_async16_zfill(base + o_w[j] + 8 * 2048, a.qg + g, ok);
-            cp_async16_zfill(base + o_k[j], a.kg + g, ok);
+            const bool ok = rw0 + j * RW < rows;
+            const int32_t e = ok ? (rw0 + j * RW) * sw : 0;
+            cp_async16_zfill(base + o_w[j], gw + e, ok);
+            cp_async16_zfill(base + o_w[j] + 8 * 2048, gq + e, ok);
+            cp_async16_zfill(base + o_k[j], gk + e, ok);
         }
 #pragma unroll
         for (int j = 0; j < PA; ++j) {
-            const bool ok = r_a[j] < rows;
-            const int64_t row = (t0 + (ok ? r_a[j] : 0)) * HV + hv;
-            cp_async16_zfill(base + o_a[j], a.aqk + row * C64 + ((tid + j * THREADS) & 7) * 8, ok);
+            const bool ok = ra0 + j * RA < rows;
+            cp_async16_zfill(base + o_a + j * (RA / 8) * 1024, ga + (ok ? (ra0 + j * RA) * sa : 0), ok);
         }
 #pragma unroll
         for (int j = 0; j < PU; ++j) {
-            const bool ok = r_u[j] < rows;
-            const int64_t row = (t0 + (ok ? r_u[j] : 0)) * HV + hv;
-            cp_async16_zfill(base + o_u[j], a.u + row * D + v_cta + ((tid + j * THREADS) % (8 * WGS)) * 8, ok);
+            const bool ok = ru0 + j * RU < rows;
+            cp_async16_zfill(base + o_u + j * RU * X_UPAD * 2, gu + (ok ? (ru0 + j * RU) * sw : 0), ok);
         }
         if (tid < D / 4) cp_async16_to(base + X_WQ + X_KG + X_AQK + X_U + tid * 16,
                                        a.gl + ((c_first + c) * HV + hv) * D + tid * 4);
@@ -964,7 +957,8 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
         const int st = static_cast<int>(c % X_STAGES);
         const unsigned char* base = smem + st * X_STAGE;
         const __nv_bfloat16* su = reinterpret_cast<const __nv_bfloat16*>(base + X_WQ + X_KG + X_AQK);
-        const float* sgl = reinterpret_cast<const float*>(base + X_WQ + X_KG + X_AQK + X_U);
+        float* sgl = reinterpret_cast<float*>(smem + st * X_STAGE + X_WQ + X_KG + X_AQK + X_U);
+        if (tid < D) sgl[tid] = exp2f(sgl[tid]);  // the chunk's decay 2^gl, once per k (read after the next barrier)
         const uint64_t d_st = static_cast<uint64_t>(st * X_STAGE) >> 4;
 
         // [P | O1] = S^T [w ; qg]^T: accumulator n-tiles 0-7 are P (tokens 0-63), 8-15 are O1
@@ -1007,17 +1001,18 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) vn[i][e] = isfinite(vn[i][e]) ? vn[i][e] : 0.0f;
+                for (int e = 0; e < 4; ++e) vn[i][e] = fabsf(vn[i][e]) < INFINITY ? vn[i][e] : 0.0f;
             }
             fv[b][0] = pack_bf16(vn[0][0], vn[0][1]);
             fv[b][1] = pack_bf16(vn[0][2], vn[0][3]);
             fv[b][2] = pack_bf16(vn[1][0], vn[1][1]);
             fv[b][3] = pack_bf16(vn[1][2], vn[1][3]);
         }
+        __syncthreads();  // the decay in shared memory
 #pragma unroll
         for (int nt = 0; nt < 16; ++nt) {
-            const float2 g = *reinterpret_cast<const float2*>(sgl + nt * 8 + gj);
-            const float d0 = exp2f(g.x), d1 = exp2f(g.y);
+            const float2 d = *reinterpret_cast<const float2*>(sgl + nt * 8 + gj);
+            const float d0 = d.x, d1 = d.y;
             s[nt][0] *= d0; s[nt][1] *= d1; s[nt][2] *= d0; s[nt][3] *= d1;
         }
         // S^T += v_new^T kg;  O2 = v_new^T Aqk^T (its own accumulators), o^T = O1 + O2
@@ -1052,12 +1047,13 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
                       pack_bf16(oo[2 * b + 1][2], oo[2 * b + 1][3]));
         }
         __syncthreads();
+        const int rows = static_cast<int>(min(len - c * C64, static_cast<int64_t>(C64)));
+        __nv_bfloat16* go = a.o + ((bos + c * C64) * HV + hv) * D + v_cta + pu;
 #pragma unroll
-        for (int j = 0; j < PU; ++j) {  // 16-byte pieces of o: row r_u[j], columns 8 p8 ..
-            if (c * C64 + r_u[j] < len) {
-                const int p8 = (tid + j * THREADS) % (8 * WGS);
-                *reinterpret_cast<uint4*>(a.o + ((bos + c * C64 + r_u[j]) * HV + hv) * D + v_cta + p8 * 8) =
-                    *reinterpret_cast<const uint4*>(so + r_u[j] * X_UPAD + p8 * 8);
+        for (int j = 0; j < PU; ++j) {  // 16-byte pieces of o: rows ru0 + j RU, columns pu ..
+            if (ru0 + j * RU < rows) {
+                *reinterpret_cast<uint4*>(go + (ru0 + j * RU) * sw) =
+                    *reinterpret_cast<const uint4*>(so + (ru0 + j * RU) * X_UPAD + pu);
             }
         }
     }
@@ -1168,6 +1164,19 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
     return 0;
 }
 
+#if defined(__CUDA_ARCH_LIST__) && __CUDA_ARCH_LIST__ == 900
+template <int WGS>
+static cudaError_t launch_state64(const State64Args& a, int64_t blocks, void* stream) {
+    const int smem = k64_smem_bytes<WGS>();
+    cudaError_t e = cudaFuncSetAttribute(kda_state64_fwd_kernel<WGS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem);
+    if (e != cudaSuccess) return e;
+    kda_state64_fwd_kernel<WGS><<<dim3(static_cast<unsigned>(blocks / WGS), static_cast<unsigned>(a.HV)), 128 * WGS,
+                                   smem, static_cast<cudaStream_t>(stream)>>>(a);
+    return cudaGetLastError();
+}
+#endif
+
 extern "C" int kda_state64_fwd_args_size() { return static_cast<int>(sizeof(State64Args)); }
 
 // the recurrence over 64-token chunks (`kda_state64_fwd_kernel`, sm_90a library only) on the caller's stream
@@ -1182,6 +1191,8 @@ extern "C" int kda_state64_fwd(const State64Args* args, void* stream, char* err,
     }
     const int64_t blocks = a.N * (D / 64);
     if (blocks > 0x7fffffffLL) return fail(err, errlen, "kda_state64_fwd: grid too large");
+    if (a.wgs < 0 || a.wgs > 2) return fail(err, errlen, "kda_state64_fwd: wgs must be 0, 1 or 2");
+    if (64 * a.HV * D > 0x7fffffffLL) return fail(err, errlen, "kda_state64_fwd: HV too large for int32 tile offsets");
     if (a.TT == 0) return 0;
     const Ptr ptrs[] = {
         {a.qg, "qg", 16, true}, {a.kg, "kg", 16, true}, {a.w, "w", 16, true}, {a.u, "u", 16, true},
@@ -1191,15 +1202,11 @@ extern "C" int kda_state64_fwd(const State64Args* args, void* stream, char* err,
     };
     if (check_pointers("kda_state64_fwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
 #if defined(__CUDA_ARCH_LIST__) && __CUDA_ARCH_LIST__ == 900
-    constexpr int WGS = KDA_STATE64_WGS;
-    const int smem = k64_smem_bytes<WGS>();
-    cudaError_t e = cudaFuncSetAttribute(kda_state64_fwd_kernel<WGS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         smem);
-    if (e == cudaSuccess) {
-        kda_state64_fwd_kernel<WGS><<<dim3(static_cast<unsigned>(blocks / WGS), static_cast<unsigned>(a.HV)),
-                                       128 * WGS, smem, static_cast<cudaStream_t>(stream)>>>(a);
-        e = cudaGetLastError();
-    }
+    int dev = 0, sms = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int wgs = a.wgs != 0 ? a.wgs : (e == cudaSuccess && blocks * a.HV > sms ? 2 : 1);
+    if (e == cudaSuccess) e = wgs == 2 ? launch_state64<2>(a, blocks, stream) : launch_state64<1>(a, blocks, stream);
     if (e != cudaSuccess) {
         snprintf(msg, sizeof msg, "kda_state64_fwd: launch: %s", cudaGetErrorString(e));
         return fail(err, errlen, msg);
