@@ -906,24 +906,33 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
         const int rows = static_cast<int>(min(len - c * C64, static_cast<int64_t>(C64)));
         const __nv_bfloat16 *gw = a.w + row0 * D + pw, *gq = a.qg + row0 * D + pw, *gk = a.kg + row0 * D + pw;
         const __nv_bfloat16 *ga = a.aqk + row0 * C64 + pa, *gu = a.u + row0 * D + v_cta + pu;
+        // a full chunk copies plainly; the last one of a sequence zero-fills the rows past its end
+        auto pieces = [&](bool full) {
+            auto copy = [&](uint32_t dst, const __nv_bfloat16* src, bool ok) {
+                if (full) cp_async16_to(dst, src);
+                else cp_async16_zfill(dst, src, ok);
+            };
 #pragma unroll
-        for (int j = 0; j < PW; ++j) {
-            const bool ok = rw0 + j * RW < rows;
-            const int32_t e = ok ? (rw0 + j * RW) * sw : 0;
-            cp_async16_zfill(base + o_w[j], gw + e, ok);
-            cp_async16_zfill(base + o_w[j] + 8 * 2048, gq + e, ok);
-            cp_async16_zfill(base + o_k[j], gk + e, ok);
-        }
+            for (int j = 0; j < PW; ++j) {
+                const bool ok = full || rw0 + j * RW < rows;
+                const int32_t e = ok ? (rw0 + j * RW) * sw : 0;
+                copy(base + o_w[j], gw + e, ok);
+                copy(base + o_w[j] + 8 * 2048, gq + e, ok);
+                copy(base + o_k[j], gk + e, ok);
+            }
 #pragma unroll
-        for (int j = 0; j < PA; ++j) {
-            const bool ok = ra0 + j * RA < rows;
-            cp_async16_zfill(base + o_a + j * (RA / 8) * 1024, ga + (ok ? (ra0 + j * RA) * sa : 0), ok);
-        }
+            for (int j = 0; j < PA; ++j) {
+                const bool ok = full || ra0 + j * RA < rows;
+                copy(base + o_a + j * (RA / 8) * 1024, ga + (ok ? (ra0 + j * RA) * sa : 0), ok);
+            }
 #pragma unroll
-        for (int j = 0; j < PU; ++j) {
-            const bool ok = ru0 + j * RU < rows;
-            cp_async16_zfill(base + o_u + j * RU * X_UPAD * 2, gu + (ok ? (ru0 + j * RU) * sw : 0), ok);
-        }
+            for (int j = 0; j < PU; ++j) {
+                const bool ok = full || ru0 + j * RU < rows;
+                copy(base + o_u + j * RU * X_UPAD * 2, gu + (ok ? (ru0 + j * RU) * sw : 0), ok);
+            }
+        };
+        if (rows == C64) pieces(true);
+        else pieces(false);
         if (tid < D / 4) cp_async16_to(base + X_WQ + X_KG + X_AQK + X_U + tid * 16,
                                        a.gl + ((c_first + c) * HV + hv) * D + tid * 4);
     };
