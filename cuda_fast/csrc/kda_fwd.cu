@@ -605,6 +605,10 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint3
     return static_cast<uint64_t>((smem_addr(p) & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
            (static_cast<uint64_t>(sbo >> 4) << 32);
 }
+// the same for a tile in the 128-byte swizzled layout (its 8-row atoms 1024-byte aligned)
+__device__ __forceinline__ uint64_t smem_desc_sw128(const void* p, uint32_t lbo, uint32_t sbo) {
+    return smem_desc(p, lbo, sbo) | (1ull << 62);
+}
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
 #define KDA_WGMMA 1  // sm_90a device code (wgmma exists there only); other targets compile an empty kernel
 #endif
@@ -851,17 +855,22 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
 //   v_new^T  = u^T - P                  (non-finite values zeroed, as Triton's state pass does)
 //   S^T      = S^T diag(2^gl) + v_new^T kg        4 x m64n128k16, B N-major (kg rows as stored)
 //   o^T      = O1 + v_new^T Aqk^T                 4 x m64n64k16 into O1's accumulators, B K-major
-// Shared-memory tiles in the canonical no-swizzle core-matrix layouts (8 rows x 16 bytes, rows 16 bytes apart).
+// The w / qg / kg / Aqk tiles in 128-byte swizzled layouts: rows of 64 bf16 (128 B), the 16-byte piece p of row r at
+// piece p ^ (r % 8), 8-row atoms of 1024 B (1024-byte aligned), a 128-channel row split in two halves. So a quarter
+// warp copies one row's 128 contiguous bytes into all 32 banks (the no-swizzle core-matrix layouts cost 16-byte L2
+// requests, half a sector each: 2.46 GB through L2 at B2 T8192 H32 against 1.13 GB; 2026-11-29_state64, call 3).
 constexpr int C64 = 64;                                   // tokens per chunk
-constexpr int X_WQ = 2 * C64 * D * 2;                     // [w ; qg]: core (n, k) at (n/8) 2048 + (k/8) 128
-constexpr int X_KG = C64 * D * 2;                         // kg: 16-token slabs of 4096 B, core (c, t) at
-                                                          //   (t/16) 4096 + (c/8) 256 + ((t/8) & 1) 128
-constexpr int X_AQK = C64 * C64 * 2;                      // Aqk: core (i, j) at (i/8) 1024 + (j/8) 128
+constexpr int X_WQ = 2 * C64 * D * 2;                     // [w ; qg]: channel half h, token n (w 0-63, qg 64-127)
+                                                          //   at h 16384 + n 128 (K-major B: SBO 1024)
+constexpr int X_KG = C64 * D * 2;                         // kg: channel half h, token t at h 8192 + t 128
+                                                          //   (N-major B: LBO 8192, SBO 1024)
+constexpr int X_AQK = C64 * C64 * 2;                      // Aqk: row i at i 128 (K-major B: SBO 1024)
+constexpr int X_GL = 1024;                                // the decay: 128 fp32, padded to keep stages aligned
 // WGS consumer warpgroups per CTA, each owning 64 state columns: 1 (a CTA per 64 columns, 3 stages) or 2 (a CTA per
 // head, the w / qg / kg / Aqk tiles loaded once for both halves, 2 stages: 3 would not fit)
 template <int WGS> constexpr int x_upad() { return 64 * WGS + 8; }        // bf16 row stride of the u and o tiles
 template <int WGS> constexpr int x_u() { return C64 * x_upad<WGS>() * 2; }  // u: 64 tokens x 64 WGS (+8 pad)
-template <int WGS> constexpr int x_stage() { return X_WQ + X_KG + X_AQK + x_u<WGS>() + D * 4; }
+template <int WGS> constexpr int x_stage() { return X_WQ + X_KG + X_AQK + x_u<WGS>() + X_GL; }
 #ifndef KDA_STATE64_STAGES
 #define KDA_STATE64_STAGES 3  // chunks in flight (210432 B of shared memory); H200, B2 T8192 H32: 2 stages 493 us,
                               // 3 stages 464 us (docs/benchmarks/runs/2026-11-28_state64)
@@ -873,7 +882,8 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
 #if defined(KDA_WGMMA)
     constexpr int BV = 64, THREADS = 128 * WGS, X_UPAD = x_upad<WGS>(), X_U = x_u<WGS>(), X_STAGE = x_stage<WGS>();
     constexpr int X_STAGES = x_stages<WGS>(), PW = 1024 / THREADS, PA = 512 / THREADS, PU = 64 * WGS * 8 / THREADS;
-    extern __shared__ __align__(16) unsigned char smem[];
+    extern __shared__ __align__(1024) unsigned char smem_sw[];  // the swizzled tiles need 1024-byte alignment
+    unsigned char* smem = smem_sw;
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int64_t n = blockIdx.x / (D / BV / WGS);
     const int64_t vb = WGS == 2 ? threadIdx.x >> 7 : blockIdx.x % (D / BV);  // this warpgroup's 64 columns
@@ -888,18 +898,16 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
     const int rw0 = tid / 16, pw = (tid % 16) * 8, ra0 = tid / 8, pa = (tid % 8) * 8;
     const int ru0 = tid / (8 * WGS), pu = (tid % (8 * WGS)) * 8;
     const int32_t sw = static_cast<int32_t>(HV * D), sa = static_cast<int32_t>(HV * C64);
-    uint32_t o_w[PW], o_k[PW];
-#pragma unroll
-    for (int j = 0; j < PW; ++j) {
-        const int r = rw0 + j * RW, p8 = pw / 8;
-        o_w[j] = (r >> 3) * 2048 + p8 * 128 + (r & 7) * 16;
-        o_k[j] = X_WQ + (r >> 4) * 4096 + p8 * 256 + ((r >> 3) & 1) * 128 + (r & 7) * 16;
-    }
-    const uint32_t o_a = X_WQ + X_KG + (ra0 >> 3) * 1024 + (pa / 8) * 128 + (ra0 & 7) * 16;  // + j (RA / 8) 1024
+    // shared-memory offsets of piece 0 (piece j: + j RW 128, + j RA 128); RW, RA are multiples of 8, so r % 8 and the
+    // swizzle stay a thread's own
+    const int hw = pw / 64, sw8 = ((pw / 8) % 8) ^ (rw0 % 8);
+    const uint32_t o_w = hw * 16384 + rw0 * 128 + sw8 * 16, o_k = X_WQ + hw * 8192 + rw0 * 128 + sw8 * 16;
+    const uint32_t o_a = X_WQ + X_KG + ra0 * 128 + ((pa / 8) ^ (ra0 % 8)) * 16;
     const uint32_t o_u = X_WQ + X_KG + X_AQK + (ru0 * X_UPAD + pu) * 2;                     // + j RU X_UPAD 2
     // u's (and o's) first column in the CTA's tile: the whole head with two warpgroups, else this block's
     const int64_t v_cta = WGS == 2 ? 0 : vb * BV;
     const uint32_t smem0 = smem_addr(smem);
+    if ((smem0 & 1023) != 0) __trap();  // the dynamic shared memory starts aligned (no static shared memory here)
     auto load_stage = [&](int64_t c, int st) {
         const uint32_t base = smem0 + st * X_STAGE;
         const int64_t row0 = (bos + c * C64) * HV + hv;  // the chunk's first token row of this head
@@ -916,14 +924,14 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
             for (int j = 0; j < PW; ++j) {
                 const bool ok = full || rw0 + j * RW < rows;
                 const int32_t e = ok ? (rw0 + j * RW) * sw : 0;
-                copy(base + o_w[j], gw + e, ok);
-                copy(base + o_w[j] + 8 * 2048, gq + e, ok);
-                copy(base + o_k[j], gk + e, ok);
+                copy(base + o_w + j * RW * 128, gw + e, ok);
+                copy(base + o_w + j * RW * 128 + C64 * 128, gq + e, ok);
+                copy(base + o_k + j * RW * 128, gk + e, ok);
             }
 #pragma unroll
             for (int j = 0; j < PA; ++j) {
                 const bool ok = full || ra0 + j * RA < rows;
-                copy(base + o_a + j * (RA / 8) * 1024, ga + (ok ? (ra0 + j * RA) * sa : 0), ok);
+                copy(base + o_a + j * RA * 128, ga + (ok ? (ra0 + j * RA) * sa : 0), ok);
             }
 #pragma unroll
             for (int j = 0; j < PU; ++j) {
@@ -951,8 +959,12 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
     }
     __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(smem + X_STAGES * X_STAGE);  // [64, X_UPAD] output tile
     // the stage-0 descriptors; a stage's are these plus its offset (addresses in 16-byte units, below 2^14)
-    const uint64_t d_wq0 = smem_desc(smem, 128, 2048), d_kg0 = smem_desc(smem + X_WQ, 128, 256),
-                   d_aq0 = smem_desc(smem + X_WQ + X_KG, 128, 1024);
+#ifndef KDA_KG_LBO
+#define KDA_KG_LBO 8192
+#define KDA_KG_SBO 1024
+#endif
+    const uint64_t d_wq0 = smem_desc_sw128(smem, 16, 1024), d_kg0 = smem_desc_sw128(smem + X_WQ, KDA_KG_LBO, KDA_KG_SBO),
+                   d_aq0 = smem_desc_sw128(smem + X_WQ + X_KG, 16, 1024);
     // ldmatrix / stmatrix rows of a thread in a 16-token block of the u and o tiles
     const int lm_row = ((lane >> 4) << 3) + (lane & 7);
     const int lm_col = static_cast<int>(vb * BV - v_cta) + warp * 16 + ((lane >> 3) & 1) * 8;
@@ -984,7 +996,9 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
         wg_fence();
         fence_operands<64>(&pq[0][0]);
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) wgmma_n128<0>(pq, fs[kk], d_wq0 + d_st + kk * 256 / 16, kk > 0);
+        for (int kk = 0; kk < D / 16; ++kk) {  // 16 channels: 32 bytes into a row of channel half kk / 4
+            wgmma_n128<0>(pq, fs[kk], d_wq0 + d_st + ((kk / 4) * 16384 + (kk % 4) * 32) / 16, kk > 0);
+        }
         wg_commit();
         // u^T [v, token] in the accumulator layout while the products run: the u tile read transposed, one ldmatrix
         // per 16-token block; fu[b][q]: v-rows (q & 1) 8 + gi, tokens 16 b + (q >> 1) 8 + gj, + 1
@@ -1036,9 +1050,9 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
         fence_operands<32>(&oo[0][0]);
         fence_operands<16>(&fv[0][0]);
 #pragma unroll
-        for (int b = 0; b < 4; ++b) wgmma_n128<1>(s, fv[b], d_kg0 + d_st + b * 4096 / 16, 1);
+        for (int b = 0; b < 4; ++b) wgmma_n128<1>(s, fv[b], d_kg0 + d_st + b * 2048 / 16, 1);  // 16 tokens
 #pragma unroll
-        for (int b = 0; b < 4; ++b) wgmma_n64_acc(oo, fv[b], d_aq0 + d_st + b * 256 / 16);
+        for (int b = 0; b < 4; ++b) wgmma_n64_acc(oo, fv[b], d_aq0 + d_st + b * 32 / 16);  // 16 columns j
         wg_commit();
         wg_wait0();
         fence_operands<64>(&s[0][0]);
