@@ -593,12 +593,15 @@ __global__ void __launch_bounds__(BV * 2) kda_state_fwd_kernel(const FwdArgs a) 
 //   v_new^T  = u^T - P
 //   S^T      = S^T diag(decay) + v_new^T kg      m64n128k16, B N-major (kg rows as stored)
 //   o^T      = O1 + v_new^T Aqk^T                m64n16k16 (its own accumulators), B K-major
-// Shared-memory tiles in the canonical no-swizzle core-matrix layouts (8 rows x 16 bytes, rows 16 bytes apart).
-constexpr int W_WQ = 32 * D * 2;          // [w ; qg]: 32 rows x 128, K-major: core (n, k) at (n/8) 2048 + (k/8) 128
-constexpr int W_KG = BT * D * 2;          // kg: 16 tokens x 128, N-major: core (c, t) at (c/8) 256 + (t/8) 128
+// [w ; qg] and kg in 128-byte swizzled layouts (as `kda_state64_fwd_kernel`'s, below: rows of 64 bf16, the 16-byte
+// piece p of row r at p ^ (r % 8), 1024-byte aligned 8-row atoms, two channel halves), Aqk in the canonical
+// no-swizzle core-matrix layout (8 rows x 16 bytes, rows 16 bytes apart).
+constexpr int W_WQ = 32 * D * 2;          // [w ; qg]: channel half h, row n (w 0-15, qg 16-31) at h 4096 + n 128
+constexpr int W_KG = BT * D * 2;          // kg: channel half h, token t at h 2048 + t 128 (N-major: LBO 2048)
 constexpr int W_AQK = BT * BT * 2;        // Aqk: 16 x 16, K-major: core (i, j) at (i/8) 256 + (j/8) 128
 constexpr int W_U = BT * 72 * 2;          // u: 16 tokens x 64 (+8 pad), row-major
-constexpr int W_STAGE = W_WQ + W_KG + W_AQK + W_U + D * 4;
+constexpr int W_STAGE = 16384;            // a stage: the tiles above and the decay (D fp32), 1024-byte aligned
+static_assert(W_WQ + W_KG + W_AQK + W_U + D * 4 <= W_STAGE, "stage size");
 
 __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
     // start address, leading / stride byte offsets (16-byte units), no swizzle
@@ -694,7 +697,8 @@ __device__ __forceinline__ void wgmma_n64_acc(float (&d)[8][4], const uint32_t a
 __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdArgs a) {
 #if defined(KDA_WGMMA)
     constexpr int BV = 64, THREADS = 128, UPAD = BV + 8;
-    extern __shared__ __align__(16) unsigned char smem[];
+    extern __shared__ __align__(1024) unsigned char smem_sw[];  // the swizzled tiles need 1024-byte alignment
+    unsigned char* smem = smem_sw;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int64_t n = blockIdx.x / (D / BV), vb = blockIdx.x % (D / BV);
     const int64_t hv = blockIdx.y;
@@ -714,9 +718,10 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
     for (int j = 0; j < P_TILE; ++j) {
         const int i = tid + j * THREADS, r = i >> 4, p8 = i & 15;
         g_row[j] = r * D + p8 * 8;
-        o_w[j] = (r >> 3) * 2048 + p8 * 128 + (r & 7) * 16;
-        o_q[j] = ((r + BT) >> 3) * 2048 + p8 * 128 + (r & 7) * 16;
-        o_k[j] = W_WQ + p8 * 256 + (r >> 3) * 128 + (r & 7) * 16;
+        const int sp = ((p8 % 8) ^ (r % 8)) * 16;  // the swizzled piece ((r + BT) % 8 = r % 8)
+        o_w[j] = (p8 / 8) * 4096 + r * 128 + sp;
+        o_q[j] = (p8 / 8) * 4096 + (r + BT) * 128 + sp;
+        o_k[j] = W_WQ + (p8 / 8) * 2048 + r * 128 + sp;
     }
     const int g_u = (tid / (BV / 8)) * D + static_cast<int>(vb) * BV + (tid % (BV / 8)) * 8;
     const uint32_t o_u = W_WQ + W_KG + W_AQK + ((tid / (BV / 8)) * UPAD + (tid % (BV / 8)) * 8) * 2;
@@ -727,6 +732,7 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
     const int r_o = tid / (BV / 8), p_o = (tid % (BV / 8)) * 8;
     const int64_t g_o = static_cast<int64_t>(r_o) * a.HV * D + vb * BV + p_o;
     const uint32_t smem0 = smem_addr(smem);
+    if ((smem0 & 1023) != 0) __trap();  // the dynamic shared memory starts aligned (no static shared memory here)
     auto load_stage = [&](int64_t c, int st) {
         const uint32_t base = smem0 + st * W_STAGE;
         const int64_t chunk = hv * a.NT + c_first + c, tile = chunk * BT;
@@ -756,7 +762,7 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
     }
     __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(stage_ptr(K2_STAGES));  // [16, UPAD] output tile
     // the stage-0 descriptors; a stage's are these plus its offset (addresses in 16-byte units, below 2^14: no carry)
-    const uint64_t d_wq0 = smem_desc(smem, 128, 2048), d_kg0 = smem_desc(smem + W_WQ, 128, 256),
+    const uint64_t d_wq0 = smem_desc_sw128(smem, 16, 1024), d_kg0 = smem_desc_sw128(smem + W_WQ, 2048, 1024),
                    d_aq0 = smem_desc(smem + W_WQ + W_KG, 128, 256);
 
     for (int64_t c = 0; c < nch; ++c) {
@@ -785,7 +791,9 @@ __global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdAr
         wg_fence();
         fence_operands<16>(pq);
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) wgmma_n32(pq, fs[kk], d_wq0 + d_st + kk * 256 / 16, kk > 0);
+        for (int kk = 0; kk < D / 16; ++kk) {  // 16 channels: 32 bytes into a row of channel half kk / 4
+            wgmma_n32(pq, fs[kk], d_wq0 + d_st + ((kk / 4) * 4096 + (kk % 4) * 32) / 16, kk > 0);
+        }
         wg_commit();
         // operands of the element-wise part while the products run: u^T, the decay
         // u^T [v, token] in the accumulator layout: the u tile [token, v] read transposed, one ldmatrix
