@@ -30,7 +30,7 @@ NAME = "sm90"
 OP = "chunk_kda_fwd"
 ENV_SWITCH = "TRITON_KDA_SM90"
 BLOCK_V_ENV = "TRITON_KDA_SM90_BLOCK_V"
-STATE_ENV = "TRITON_KDA_SM90_STATE"  # "wgmma": the recurrence on wgmma (sm_90a; work in progress, off by default)
+STATE_ENV = "TRITON_KDA_SM90_STATE"  # "mma": the recurrence on mma.sync where wgmma is the default (cc 9.0)
 BT = 16
 D = 128
 
@@ -102,12 +102,12 @@ def _lens(args: dict) -> tuple:
 
 
 def state_wgmma(device: torch.device) -> bool:
-    """Whether the recurrence runs on wgmma: ``TRITON_KDA_SM90_STATE=wgmma`` on a compute capability 9.0 device (the
-    sm_90a library; the kernel takes 64 state columns per program)."""
+    """Whether the recurrence runs on wgmma: on a compute capability 9.0 device (the sm_90a library; 64 state columns
+    per program) unless ``TRITON_KDA_SM90_STATE=mma``; elsewhere on mma.sync."""
     mode = os.environ.get(STATE_ENV, "").strip()
     if mode not in ("", "mma", "wgmma"):
         raise ValueError(f"{STATE_ENV} must be 'mma' or 'wgmma', got {mode!r}")
-    return mode == "wgmma" and torch.cuda.get_device_capability(device) == (9, 0)
+    return mode != "mma" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
 def block_v(N: int, HV: int, device: torch.device) -> int:

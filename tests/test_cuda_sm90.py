@@ -322,8 +322,9 @@ def test_verifier_leaves_split_sequences_to_triton(monkeypatch):
 @needs_target
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_wgmma_recurrence_matches_oracle_and_mma(case, monkeypatch):
-    """`TRITON_KDA_SM90_STATE=wgmma` (sm_90a): the forward against the fp64 oracle with poisoned outputs, within
-    bf16 rounding of the mma.sync recurrence, bit-identical on a rerun."""
+    """The wgmma recurrence (sm_90a's default, `TRITON_KDA_SM90_STATE=wgmma`): the forward against the fp64 oracle with
+    poisoned outputs, within bf16 rounding of the mma.sync recurrence (`TRITON_KDA_SM90_STATE=mma`), bit-identical on
+    a rerun."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the wgmma recurrence is in the sm_90a library")
     d = _case_inputs(case)
