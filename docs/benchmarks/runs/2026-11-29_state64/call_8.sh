@@ -6,7 +6,7 @@ export PYTHONPATH=$PWD TRITON_KDA_CUDA_CACHE=$PWD/.cuda_cache PYTHONUNBUFFERED=1
 R=$OUT/r; mkdir -p $R
 NCU=$(which ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 MET="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,lts__t_requests_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_write.sum,lts__t_sectors_srcunit_tex_op_write.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum"
-timeout 400 $NCU --profile-from-start off --clock-control none --metrics "$MET" --csv --page raw \
+timeout 400 $NCU --profile-from-start off --clock-control none --metrics "$MET" --csv --page raw --print-units base \
     python3 docs/benchmarks/runs/2026-11-29_state64/ncu_step.py B2-T8192-H32 > $R/ncu_step.csv 2> $R/ncu_step.err
 echo "ncu rc=$?"; tail -3 $R/ncu_step.err
 python3 - $R/ncu_step.csv <<'PY'
