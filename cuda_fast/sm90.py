@@ -69,28 +69,42 @@ def verify(args: dict) -> tuple[bool, str]:
             return False, f"{name}'s data pointer is not {align}-byte aligned"
     if args["q"].is_cuda:  # Triton's faster paths (measured on GPUs; the CPU interpreter has no SM count)
         lens = _lens(args)
-        if piece_chunks(lens, args["chunk_size"], args["HV"], D, D, 2, args["q"].device) > 0:
-            # measured (docs/benchmarks/runs/2026-11-22_reports/H100_sm90.md): with few heads and long sequences
-            # Triton's chunk-parallel state passing (its planner splits these sequences) is faster than this
-            # backend's serial recurrence
+        wgmma = state_wgmma(args["q"].device)
+        if piece_chunks(lens, args["chunk_size"], args["HV"], D, D, 2, args["q"].device) > 0 and (
+                not wgmma or _split_beats_wgmma(lens, args["HV"])):
+            # measured: with few heads and long sequences Triton's chunk-parallel state passing (its planner splits
+            # these sequences) is faster than this backend's serial recurrence (mma.sync: every such call, H100,
+            # docs/benchmarks/runs/2026-11-22_reports/H100_sm90.md; wgmma: `_split_beats_wgmma`)
             return False, (f"Triton's intra-card chunk-parallel state passing is faster here (N*HV = "
                            f"{args['N'] * args['HV']}, sequences split into pieces)")
-        if _few_programs(lens, args["HV"], sm_count(args["q"].device)):
+        if not wgmma and _few_programs(lens, args["HV"], sm_count(args["q"].device)):
             return False, (f"Triton's 64-token state pass is faster here (N*HV = {args['N'] * args['HV']}: at most "
-                           f"half the SMs busy in this backend's 16-token recurrence, a sequence of >= "
+                           f"half the SMs busy in this backend's 16-token mma.sync recurrence, a sequence of >= "
                            f"{FEW_MIN_TOKENS} tokens)")
     return True, "bf16, K = V = 128, inference"
 
 
 FEW_MIN_TOKENS = 4096  # the shortest longest-sequence for which `_few_programs` hands a call to Triton
+SPLIT_WGMMA_ROWS = 8  # `_split_beats_wgmma`: the fewest N HV, and the longest sequence, where the wgmma recurrence
+SPLIT_WGMMA_TOKENS = 8192  # was measured faster than Triton's split sequences
+
+
+def _split_beats_wgmma(lens: tuple, HV: int) -> bool:
+    """Where Triton splits the sequences into pieces, whether its pass beats the wgmma recurrence: H200, bf16 Kimi
+    flags, no_grad, Triton / this backend (docs/benchmarks/runs/2026-11-29_state64, `few_heads.py`): N HV = 8 over
+    4096 / 8192 tokens x0.58 / x0.94 and N HV = 16 over 8192 x0.78 (this backend's), but N HV = 8 over 16384 / 32768 /
+    65536 tokens x1.16 / x1.32 / x1.43 (Triton's). Fewer rows or longer sequences were not measured against wgmma:
+    Triton's there, as with mma.sync."""
+    return len(lens) * HV < SPLIT_WGMMA_ROWS or max(lens) > SPLIT_WGMMA_TOKENS
 
 
 def _few_programs(lens: tuple, HV: int, sms: int) -> bool:
-    """Whether the recurrence kernel would run at most sms / 2 programs (32-wide V blocks: N HV D / 32) over a
+    """Whether the mma.sync recurrence would run at most sms / 2 programs (32-wide V blocks: N HV D / 32) over a
     sequence of at least FEW_MIN_TOKENS tokens: its 16-token steps then take longer than Triton's serial pass over
     64-token chunks with as many programs. H100, bf16 Kimi flags, no_grad, Triton / this backend
     (docs/benchmarks/runs/2026-11-27_b1_forward): N HV = 16 at T = 4096 / 8192 / 16384 x0.90 / x0.89 / x0.90, N HV =
-    8 at T = 4096 x0.78, but x1.44 at T = 2048 (fixed costs); N HV = 32 x1.10 (T = 8192)."""
+    8 at T = 4096 x0.78, but x1.44 at T = 2048 (fixed costs); N HV = 32 x1.10 (T = 8192). The wgmma recurrence
+    (cc 9.0's default) beats Triton there: N HV = 16 over 4096-65536 tokens x1.32-1.36 (H200, 2026-11-29)."""
     return bool(lens) and 2 * len(lens) * HV * (D // 32) <= sms and max(lens) >= FEW_MIN_TOKENS
 
 
