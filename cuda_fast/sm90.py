@@ -93,8 +93,9 @@ def _split_beats_wgmma(lens: tuple, HV: int) -> bool:
     """Where Triton splits the sequences into pieces, whether its pass beats the wgmma recurrence: H200, bf16 Kimi
     flags, no_grad, Triton / this backend (docs/benchmarks/runs/2026-11-29_state64, `few_heads.py`): N HV = 8 over
     4096 / 8192 tokens x0.58 / x0.94 and N HV = 16 over 8192 x0.78 (this backend's), but N HV = 8 over 16384 / 32768 /
-    65536 tokens x1.16 / x1.32 / x1.43 (Triton's). Fewer rows or longer sequences were not measured against wgmma:
-    Triton's there, as with mma.sync."""
+    65536 tokens x1.16 / x1.32 / x1.43 (Triton's). Longer sequences with more rows were not measured against wgmma,
+    nor fewer rows but at N HV = 4 over 8192 tokens, where this backend was x2.29 faster (after this rule landed,
+    `call_11`): Triton's there for now, as with mma.sync."""
     return len(lens) * HV < SPLIT_WGMMA_ROWS or max(lens) > SPLIT_WGMMA_TOKENS
 
 
