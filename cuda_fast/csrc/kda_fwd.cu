@@ -967,11 +967,7 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
     }
     __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(smem + X_STAGES * X_STAGE);  // [64, X_UPAD] output tile
     // the stage-0 descriptors; a stage's are these plus its offset (addresses in 16-byte units, below 2^14)
-#ifndef KDA_KG_LBO
-#define KDA_KG_LBO 8192
-#define KDA_KG_SBO 1024
-#endif
-    const uint64_t d_wq0 = smem_desc_sw128(smem, 16, 1024), d_kg0 = smem_desc_sw128(smem + X_WQ, KDA_KG_LBO, KDA_KG_SBO),
+    const uint64_t d_wq0 = smem_desc_sw128(smem, 16, 1024), d_kg0 = smem_desc_sw128(smem + X_WQ, 8192, 1024),
                    d_aq0 = smem_desc_sw128(smem + X_WQ + X_KG, 16, 1024);
     // ldmatrix / stmatrix rows of a thread in a 16-token block of the u and o tiles
     const int lm_row = ((lane >> 4) << 3) + (lane & 7);
