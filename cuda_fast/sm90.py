@@ -71,7 +71,7 @@ def verify(args: dict) -> tuple[bool, str]:
         lens = _lens(args)
         wgmma = state_wgmma(args["q"].device)
         if piece_chunks(lens, args["chunk_size"], args["HV"], D, D, 2, args["q"].device) > 0 and (
-                not wgmma or _split_beats_wgmma(lens, args["HV"])):
+                not wgmma or _split_beats_wgmma(lens)):
             # measured: with few heads and long sequences Triton's chunk-parallel state passing (its planner splits
             # these sequences) is faster than this backend's serial recurrence (mma.sync: every such call, H100,
             # docs/benchmarks/runs/2026-11-22_reports/H100_sm90.md; wgmma: `_split_beats_wgmma`)
@@ -85,18 +85,18 @@ def verify(args: dict) -> tuple[bool, str]:
 
 
 FEW_MIN_TOKENS = 4096  # the shortest longest-sequence for which `_few_programs` hands a call to Triton
-SPLIT_WGMMA_ROWS = 8  # `_split_beats_wgmma`: the fewest N HV, and the longest sequence, where the wgmma recurrence
-SPLIT_WGMMA_TOKENS = 8192  # was measured faster than Triton's split sequences
+SPLIT_WGMMA_TOKENS = 8192  # `_split_beats_wgmma`: the longest sequence for which the wgmma recurrence was measured
+                           # faster than Triton's split sequences
 
 
-def _split_beats_wgmma(lens: tuple, HV: int) -> bool:
-    """Where Triton splits the sequences into pieces, whether its pass beats the wgmma recurrence: H200, bf16 Kimi
-    flags, no_grad, Triton / this backend (docs/benchmarks/runs/2026-11-29_state64, `few_heads.py`): N HV = 8 over
-    4096 / 8192 tokens x0.58 / x0.94 and N HV = 16 over 8192 x0.78 (this backend's), but N HV = 8 over 16384 / 32768 /
-    65536 tokens x1.16 / x1.32 / x1.43 (Triton's). Longer sequences with more rows were not measured against wgmma,
-    nor fewer rows but at N HV = 4 over 8192 tokens, where this backend was x2.29 faster (after this rule landed,
-    `call_11`): Triton's there for now, as with mma.sync."""
-    return len(lens) * HV < SPLIT_WGMMA_ROWS or max(lens) > SPLIT_WGMMA_TOKENS
+def _split_beats_wgmma(lens: tuple) -> bool:
+    """Where Triton splits the sequences into pieces, whether its pass beats the wgmma recurrence: past 8192 tokens.
+    H200, bf16 Kimi flags, no_grad, this backend's time / Triton's (`few_heads.py`, docs/benchmarks/runs/
+    2026-11-29_state64 and 2026-11-29_intra64): up to 8192 tokens this backend's at every N HV measured (N HV = 1 / 2
+    / 4 / 8 over 8192 tokens x0.89 / x0.54 / x0.56 / x0.94, N HV = 4 over 4096 x0.42, N HV = 16 over 8192 x0.78);
+    past them Triton's (N HV = 2 / 8 over 16384 tokens x1.05 / x1.16, N HV = 8 over 32768 / 65536 x1.32 / x1.43),
+    but for N HV = 4 over 16384 tokens (x0.92: 9% lost there)."""
+    return max(lens) > SPLIT_WGMMA_TOKENS
 
 
 def _few_programs(lens: tuple, HV: int, sms: int) -> bool:

@@ -1,15 +1,16 @@
-"""The fused Hopper forward's first milestone: backend ``sm90_v2`` (opt-in, ``TRITON_KDA_SM90_FWD=v2``).
+"""The fused Hopper forward's milestones: backend ``sm90_v2`` (opt-in, ``TRITON_KDA_SM90_FWD=v2``).
 
-Triton's intra forward forms w, u, qg, kg, Aqk and the chunks' last gate cumsums over 64-token chunks
-(``triton_kda.chunk_fwd.intra_stage``), and the recurrence walks them on wgmma (``kda_state64_fwd_kernel`` in
-cuda_fast/csrc/kda_fwd.cu): a quarter of the 16-token recurrence's dependent steps. It serves what ``sm90`` serves
-(inference, bf16, K = V = 128; ``sm90.verify`` decides, with its reasons) on compute capability 9.0 only (the kernel
-is in the sm_90a library). Off by default until it beats ``sm90``: with the switch unset it declines every call and
-``sm90`` runs.
+Over 64-token chunks: the compiled intra stage (``kda_intra64_fwd_kernel`` in cuda_fast/csrc/kda_fwd.cu) forms w, u,
+qg, kg, Aqk and the chunks' last gate cumsums as Triton's intra forward does at BT = 64
+(``triton_kda.chunk_fwd.intra_stage``), and the recurrence walks them on wgmma (``kda_state64_fwd_kernel``): a
+quarter of the 16-token recurrence's dependent steps. It serves what ``sm90`` serves (inference, bf16, K = V = 128;
+``sm90.verify`` decides, with its reasons) on compute capability 9.0 only (the recurrence is in the sm_90a library).
+Off by default until it beats ``sm90``: with the switch unset it declines every call and ``sm90`` runs.
 """
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 
 import torch
@@ -17,7 +18,9 @@ import torch
 from cuda_fast import sm90
 from cuda_fast.library import compiled_backend, entry_for
 from cuda_fast.library import data_ptr as _ptr
-from triton_kda.chunk_fwd import intra_stage, plan_chunks
+from triton_kda.chunk_fwd import plan_chunks
+from triton_kda.gate import gate_mode
+from triton_kda.wy import IntraOut
 
 NAME = "sm90_v2"
 ENV_SWITCH = "TRITON_KDA_SM90_FWD"  # "v2": this backend; unset, "v1" or "0": `sm90`
@@ -32,6 +35,19 @@ class State64Args(ctypes.Structure):
             "qg", "kg", "w", "u", "aqk", "gl", "h0", "cu_seqlens", "chunk_offsets", "o", "ht")),
         *((name, ctypes.c_int64) for name in ("N", "TT", "NT", "HV")),
         *((name, ctypes.c_int32) for name in ("v_first", "wgs")),
+    ]
+
+
+class Intra64Args(ctypes.Structure):
+    """Mirror of ``Intra64Args`` in kda_fwd.cu (the library reports its size, checked at load)."""
+
+    _fields_ = [
+        *((name, ctypes.c_void_p) for name in (
+            "q", "k", "v", "g", "beta", "A_log", "dt_bias", "cu_seqlens", "chunk_indices", "qg", "kg", "w", "u", "aqk",
+            "gl")),
+        *((name, ctypes.c_int64) for name in ("TT", "NT", "H", "HV", "K", "V")),
+        *((name, ctypes.c_float) for name in ("scale", "lower_bound", "beta_scale")),
+        *((name, ctypes.c_int32) for name in ("gate", "l2norm", "beta_sigmoid", "g_fp32", "beta_fp32")),
     ]
 
 
@@ -55,13 +71,51 @@ def verify(args: dict) -> tuple[bool, str]:
     return True, "bf16, K = V = 128, inference, 64-token recurrence"
 
 
+def intra64_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, flags: dict, *,
+                poison: bool = False) -> IntraOut:
+    """The compiled intra stage over 64-token chunks: ``IntraOut`` (Aqk [TT, HV, 64], w, qg, kg [TT, HV, K], u
+    [TT, HV, V] bf16, gl [NT, HV, K] fp32; no aux outputs) from [B, T, ...] bf16 q, k [.., H, K], v [.., HV, V], g
+    (bf16 or fp32) [.., HV, K], beta [.., HV] and A_log / dt_bias in any shape; ``plan`` at BT = 64, ``flags``
+    chunk_kda's options. ``poison`` fills the outputs with NaN first (tests: rows the kernel must write)."""
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    dev = q.device
+    lib = entry_for(dev, "kda_intra64_fwd", Intra64Args)
+    TT = B * T
+    new = torch.full if poison else (lambda shape, _value, **kw: torch.empty(shape, **kw))
+    bf16 = dict(device=dev, dtype=torch.bfloat16)
+    out = IntraOut(Aqk=new((TT, HV, BT), math.nan, **bf16), w=new((TT, HV, K), math.nan, **bf16),
+                   u=new((TT, HV, V), math.nan, **bf16), qg=new((TT, HV, K), math.nan, **bf16),
+                   kg=new((TT, HV, K), math.nan, **bf16),
+                   gl=new((plan.NT, HV, K), math.nan, device=dev, dtype=torch.float32),
+                   rstd_q=None, rstd_k=None, beta=None, Akk=None, rs=torch.empty(0, HV, device=dev))
+    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
+    a_log = A_log.reshape(-1).float().contiguous() if A_log is not None else None
+    bias = dt_bias.reshape(-1).float().contiguous() if dt_bias is not None else None
+    lower_bound = flags["lower_bound"]
+    args = Intra64Args(
+        q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta), A_log=_ptr(a_log), dt_bias=_ptr(bias),
+        cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices), qg=_ptr(out.qg), kg=_ptr(out.kg),
+        w=_ptr(out.w), u=_ptr(out.u), aqk=_ptr(out.Aqk), gl=_ptr(out.gl), TT=TT, NT=plan.NT, H=H, HV=HV, K=K, V=V,
+        scale=scale, lower_bound=lower_bound if lower_bound is not None else 0.0,
+        beta_scale=2.0 if flags["allow_neg_eigval"] else 1.0,
+        gate=gate_mode(flags["use_gate_in_kernel"], lower_bound), l2norm=int(flags["use_qk_l2norm_in_kernel"]),
+        beta_sigmoid=int(flags["use_beta_sigmoid_in_kernel"]), g_fp32=int(g.dtype == torch.float32),
+        beta_fp32=int(beta.dtype == torch.float32),
+    )
+    with torch.cuda.device(dev):
+        lib(args, torch.cuda.current_stream(dev).cuda_stream)
+    return out
+
+
 def state64_fwd(intra, initial_state, plan, *, output_final_state: bool, state_v_first: bool,
                 out: torch.Tensor | None = None, final_state: torch.Tensor | None = None,
                 wgs: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The recurrence over 64-token chunks: (o [TT, HV, V] bf16, final state [N, HV, K, V] fp32 (V-first if asked) or
-    None) from ``intra`` (``triton_kda.wy.IntraOut`` of Triton's intra forward at BT = 64, bf16) and the fp32 initial
-    state or None; ``out`` / ``final_state`` may be given (tests pass NaN-filled buffers). ``wgs``: consumer warpgroups
-    per CTA, 1 (a CTA per 64 state columns), 2 (a CTA per head) or 0 (2 where one-warpgroup CTAs outnumber the SMs)."""
+    None) from ``intra`` (``triton_kda.wy.IntraOut`` at BT = 64, bf16: ``intra64_fwd``'s or Triton's intra forward's)
+    and the fp32 initial state or None; ``out`` / ``final_state`` may be given (tests pass NaN-filled buffers).
+    ``wgs``: consumer warpgroups per CTA, 1 (a CTA per 64 state columns), 2 (a CTA per head) or 0 (2 where
+    one-warpgroup CTAs outnumber the SMs)."""
     if wgs not in (0, 1, 2):
         raise ValueError(f"wgs must be 0, 1 or 2, got {wgs!r}")
     TT, HV, K = intra.w.shape
@@ -87,7 +141,7 @@ def chunk_kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, p
     """The registry's entry point (``triton_kda.ops`` documents the call)."""
     B, T, HV, V = v.shape
     plan = plan_chunks(B, T, BT, q.device, p.seqlens_cpu, cu_seqlens)
-    intra = intra_stage(q, k, v, g, beta, A_log, dt_bias, p.scale, plan, BT, flags, store_aux=False)
+    intra = intra64_fwd(q, k, v, g, beta, A_log, dt_bias, p.scale, plan, flags)
     o, ht = state64_fwd(intra, initial_state, plan, output_final_state=flags["output_final_state"],
                         state_v_first=p.state_v_first)
     return o.view(B, T, HV, V), ht

@@ -296,13 +296,12 @@ def test_few_programs_rule(lens, HV, sms, few):
     assert sm90._few_programs(lens, HV, sms) is few
 
 
-@pytest.mark.parametrize("lens, HV, faster", [
-    ((8192,), 8, False), ((4096,), 16, False), ((8192,) * 2, 8, False), ((8193,), 8, True), ((16384,), 8, True),
-    ((8192,), 4, True), ((100, 9000), 8, True),
-], ids=["HV8-T8192", "HV16-T4096", "B2-HV8", "T8193", "T16384", "HV4", "varlen-long"])
-def test_split_beats_wgmma_rule(lens, HV, faster):
-    """Where Triton splits the sequences: its pass beats the wgmma recurrence unless N HV >= 8 over <= 8192 tokens."""
-    assert sm90._split_beats_wgmma(lens, HV) is faster
+@pytest.mark.parametrize("lens, faster", [
+    ((8192,), False), ((4096,), False), ((8192,) * 2, False), ((8193,), True), ((16384,), True), ((100, 9000), True),
+], ids=["T8192", "T4096", "B2-T8192", "T8193", "T16384", "varlen-long"])
+def test_split_beats_wgmma_rule(lens, faster):
+    """Where Triton splits the sequences: its pass beats the wgmma recurrence past 8192 tokens, whatever N HV."""
+    assert sm90._split_beats_wgmma(lens) is faster
 
 
 @pytest.mark.gpu
@@ -323,16 +322,17 @@ def test_verifier_leaves_few_long_sequences_to_triton(monkeypatch):
 @needs_target
 def test_verifier_leaves_split_sequences_to_triton(monkeypatch):
     """Where Triton's intra-card planner splits the sequences (forced here), its path is the faster one: always
-    against the mma.sync recurrence, against the wgmma one below N HV = 8 or above 8192 tokens."""
+    against the mma.sync recurrence, against the wgmma one past 8192 tokens."""
     d = _case_inputs(CASES[1])
+    long = make_inputs(1, 8200, 1, 1, 128, 128, dtype=torch.bfloat16, device="cuda", use_qk_l2norm_in_kernel=True)
     monkeypatch.setenv("TRITON_KDA_INTRACARD_CP", "1")
     monkeypatch.setenv("TRITON_KDA_INTRACARD_CP_CHUNKS", "1")
+    ok, why = sm90.verify(_prepare(long)[2])
+    assert not ok and "chunk-parallel state passing is faster here" in why
+    assert sm90.verify(_prepare(d)[2])[0] is (torch.cuda.get_device_capability() == (9, 0))
+    monkeypatch.setenv(sm90.STATE_ENV, "mma")
     ok, why = sm90.verify(_prepare(d)[2])
     assert not ok and "chunk-parallel state passing is faster here" in why
-    d8 = make_inputs(1, 300, 8, 8, 128, 128, dtype=torch.bfloat16, device="cuda", use_qk_l2norm_in_kernel=True)
-    assert sm90.verify(_prepare(d8)[2])[0] is (torch.cuda.get_device_capability() == (9, 0))
-    monkeypatch.setenv(sm90.STATE_ENV, "mma")
-    assert not sm90.verify(_prepare(d8)[2])[0]
     monkeypatch.setenv("TRITON_KDA_INTRACARD_CP", "0")
     assert sm90.verify(_prepare(d)[2])[0]
 

@@ -63,6 +63,29 @@ struct State64Args {
     int32_t wgs;                  // consumer warpgroups per CTA: 1, 2, or 0 (2 where one-warpgroup CTAs outnumber the SMs)
 };
 
+// the argument block of kda_intra64_fwd (mirrored by cuda_fast.sm90_v2.Intra64Args): the intra stage over 64-token
+// chunks, writing triton_kda.wy.IntraOut's qg, kg, w, u, Aqk and gl as Triton's intra forward does at BT = 64
+struct Intra64Args {
+    const __nv_bfloat16* q;       // [TT, H, K]
+    const __nv_bfloat16* k;       // [TT, H, K]
+    const __nv_bfloat16* v;       // [TT, HV, V]
+    const void* g;                // [TT, HV, K] bf16 or fp32
+    const void* beta;             // [TT, HV] bf16 or fp32
+    const float* A_log;           // [HV] or null
+    const float* dt_bias;         // [HV * K] or null
+    const int64_t* cu_seqlens;    // [N + 1]
+    const int32_t* chunk_indices; // [NT, 2]: (sequence, 64-token chunk within it)
+    __nv_bfloat16* qg;            // [TT, HV, K]: scale q e^{G}
+    __nv_bfloat16* kg;            // [TT, HV, K]: k e^{G_last - G}
+    __nv_bfloat16* w;             // [TT, HV, K]
+    __nv_bfloat16* u;             // [TT, HV, V]
+    __nv_bfloat16* aqk;           // [TT, HV, 64]: zero above the diagonal
+    float* gl;                    // [NT, HV, K]: G of each chunk's last token (log2 units)
+    int64_t TT, NT, H, HV, K, V;
+    float scale, lower_bound, beta_scale;
+    int32_t gate, l2norm, beta_sigmoid, g_fp32, beta_fp32;  // as FwdArgs
+};
+
 namespace {
 
 constexpr int D = 128;            // K = V
@@ -116,12 +139,13 @@ constexpr int K1_WARP_BYTES = K1_R_BYTES + 2 * K1_X_BYTES + 2 * BT * SPAD * 2;
 
 // one 16 x 16 bf16 tile in mma accumulator layout (r[e]: rows gi + 8 (e & 1), columns 8 (e >> 1) + gj, + 1) to global
 // rows [16, ld] at dst: through a staging tile of this warp (lane l then stores row l % 16, columns 8 (l / 16) + 0..7)
+// (rows from nrows on are not stored: token-major outputs end at the sequence's last token)
 __device__ __forceinline__ void store_tile(__nv_bfloat16* stage, const uint32_t r[4], __nv_bfloat16* dst, int64_t ld,
-                                           int lane) {
+                                           int lane, int nrows = BT) {
     stsm_x4(stage + ((lane & 7) + ((lane >> 3) & 1) * 8) * SPAD + (lane >> 4) * 8, r[0], r[1], r[2], r[3]);
     __syncwarp();
     const uint4 x = *reinterpret_cast<const uint4*>(stage + (lane & 15) * SPAD + (lane >> 4) * 8);
-    *reinterpret_cast<uint4*>(dst + (lane & 15) * ld + (lane >> 4) * 8) = x;
+    if ((lane & 15) < nrows) *reinterpret_cast<uint4*>(dst + (lane & 15) * ld + (lane >> 4) * 8) = x;
     __syncwarp();
 }
 
@@ -1089,6 +1113,401 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
 #endif
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// The intra stage over 64-token chunks (entry point kda_intra64_fwd; backend sm90_v2): Triton's intra forward's
+// outputs at BT = 64 (`triton_kda.wy.IntraOut`: token-major qg, kg, w, u, Aqk over the chunk's 64 columns, gl), which
+// `kda_state64_fwd_kernel` walks. Grid (NT, HV), a CTA of four warps per 64-token chunk and v-head; warp I owns the
+// chunk's rows [16 I, 16 I + 16) (block I) and a = 16 I, the block's first row, is its anchor:
+//   G = the gate cumsum from the chunk's first token (log2 units): block sums, then the earlier blocks' totals;
+//   Aqk[i, j] = (scale q_i e^{G_i - G_a}) . (k_j e^{G_a - G_j}), L[i, j] = beta_i (k_i e^{G_i - G_a}) . (k_j e^{G_a - G_j}):
+//       an earlier block's factors are all <= 1 where the gate decays; the own block's grow to at most e^{range}, and
+//       a block whose range passes RANGE_MAX sums its own block exactly, term by term (as the 16-token kernel);
+//   T = (I + L)^-1 by blocks in fp32: T_II by forward substitution, T_IJ = -T_II sum_{J <= M < I} L_IM T_MJ;
+//   w = T diag(beta) (k e^{G}), u = T diag(beta) v, qg = scale q e^{G}, kg = k e^{G_last - G}, gl = G_last.
+// Shared memory (76288 B, three CTAs an SM): R1 holds G (fp32 [64, GPAD]), later L (fp32 [64, LPAD]) and v, then
+// T diag(beta) (bf16 [64, TPAD]); Q holds q, then k e^{G} (w's operand); K holds k, then T (fp32 [64, 64]); then the
+// warps' staging tiles (also the inverse's scratch), the blocks' gate totals, the rows' k norms and betas.
+constexpr int LPAD = 68;                                     // fp32 row stride of L
+constexpr int TPAD = 72;                                     // bf16 row stride of T diag(beta) (conflict-free ldmatrix)
+constexpr int I64_R1 = C64 * GPAD * 4;                       // 34816 B
+constexpr int I64_Q = I64_R1, I64_K = I64_Q + C64 * D * 2, I64_ST = I64_K + C64 * D * 2;
+constexpr int I64_TOT = I64_ST + 4 * 2 * BT * SPAD * 2, I64_RK = I64_TOT + 4 * D * 4, I64_BETA = I64_RK + C64 * 4;
+constexpr int I64_SMEM = I64_BETA + C64 * 4;
+static_assert(C64 * LPAD * 4 + C64 * D * 2 <= I64_R1 && C64 * TPAD * 2 <= C64 * LPAD * 4, "R1 layout");
+static_assert(BT * BT * 4 <= 2 * BT * SPAD * 2, "a warp's scratch fits its two staging tiles");
+
+// the exact path of kda_intra64_fwd_kernel's diagonal block (a gate range past RANGE_MAX): Aqk and L of the block's
+// own 16 x 16 in accumulator layout, sum_d q_i k_j e^{G_i - G_j} with the exponent <= 0 (j <= i), one exp2 per term,
+// q from global, k and G from shared memory; out of line, so the four copies of the column-block loop stay small
+__device__ __noinline__ void exact_block(const Intra64Args& a, const float* sG, const __nv_bfloat16* sk,
+                                         const float* srk, float rq0, float rq1, float rk0, float rk1, int64_t t0,
+                                         int64_t h, int r0, int brows, int lane, float (&aqk)[2][4],
+                                         float (&lkk)[2][4]) {
+    const int gi = lane >> 2, gj = (lane & 3) * 2;
+    for (int n = 0; n < 2; ++n) {
+        for (int e = 0; e < 4; ++e) {
+            const int i = gi + (e >> 1) * 8, j = n * 8 + gj + (e & 1);
+            float s1 = 0.0f, s2 = 0.0f;
+            if (j <= i && i < brows) {
+                const __nv_bfloat16* qi = a.q + ((t0 + r0 + i) * a.H + h) * D;
+                for (int d = 0; d < D; ++d) {
+                    const float f = exp2f(fminf(sG[(r0 + i) * GPAD + d] - sG[(r0 + j) * GPAD + d], 0.0f));
+                    const float kd = __bfloat162float(sk[swz(r0 + j, d)]) * f;
+                    s1 += __bfloat162float(qi[d]) * kd;
+                    s2 += __bfloat162float(sk[swz(r0 + i, d)]) * kd;
+                }
+            }
+            aqk[n][e] = s1 * (e >> 1 ? rq1 : rq0) * srk[r0 + j];
+            lkk[n][e] = s2 * (e >> 1 ? rk1 : rk0) * srk[r0 + j];
+        }
+    }
+}
+
+#ifndef KDA_I64_MIN_BLOCKS
+#define KDA_I64_MIN_BLOCKS 3  // CTAs per SM the register allocation targets (three fit the shared memory)
+#endif
+
+template <int GATE, bool G_F32>
+__global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kernel(const Intra64Args a) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t ci = blockIdx.x, hv = blockIdx.y;
+    const int64_t h = hv / (a.HV / a.H);
+    const int64_t seq = a.chunk_indices[2 * ci], local = a.chunk_indices[2 * ci + 1];
+    const int64_t t0 = a.cu_seqlens[seq] + C64 * local;
+    const int nvalid = static_cast<int>(min(static_cast<int64_t>(C64), a.cu_seqlens[seq + 1] - t0));
+    const int r0 = warp * BT;                                 // this warp's first row
+    const int brows = max(0, min(BT, nvalid - r0));           // its rows inside the sequence
+    const int gi = lane >> 2, gj = (lane & 3) * 2;
+
+    float* sG = reinterpret_cast<float*>(smem);
+    float* sL = reinterpret_cast<float*>(smem);
+    __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(smem + C64 * LPAD * 4);
+    __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem);
+    __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem + I64_Q);  // q, then k e^{G}
+    __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(smem + I64_K);
+    float* sT = reinterpret_cast<float*>(smem + I64_K);
+    __nv_bfloat16* st0 = reinterpret_cast<__nv_bfloat16*>(smem + I64_ST) + warp * 2 * BT * SPAD;
+    __nv_bfloat16* st1 = st0 + BT * SPAD;
+    float* scratch = reinterpret_cast<float*>(st0);
+    float* stot = reinterpret_cast<float*>(smem + I64_TOT);
+    float* srk = reinterpret_cast<float*>(smem + I64_RK);
+    float* sbeta = reinterpret_cast<float*>(smem + I64_BETA);
+
+    // 0. q and k rows of this block (rows past the sequence end zero-filled), landing while the gate pass runs
+    for (int i = lane; i < BT * 16; i += 32) {
+        const int r = r0 + (i >> 4), p = (i & 15) * 8;
+        const bool ok = r < nvalid;
+        const int64_t row = ((t0 + (ok ? r : 0)) * a.H + h) * D + p;
+        cp_async16(sq + swz(r, p), a.q + row, ok);
+        cp_async16(sk + swz(r, p), a.k + row, ok);
+    }
+    cp_async_commit();
+
+    // 1. gate and the block's cumsum (log2 units; lane owns columns c0..c0+3), the block's totals, its range
+    const int c0 = lane * 4;
+    float range = 0.0f;
+    {
+        float coef = 1.0f, bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (GATE != 0) {
+            if (a.A_log != nullptr) coef = __expf(a.A_log[hv]);
+            if (a.dt_bias != nullptr) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) bias[e] = a.dt_bias[hv * D + c0 + e];
+            }
+        }
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, first[4];
+#pragma unroll
+        for (int t = 0; t < BT; ++t) {
+            const bool ok = r0 + t < nvalid;
+            const int64_t off = ((t0 + (ok ? r0 + t : 0)) * a.HV + hv) * D + c0;
+            float raw[4];
+            if constexpr (G_F32) {
+                const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(a.g) + off);
+                raw[0] = x.x; raw[1] = x.y; raw[2] = x.z; raw[3] = x.w;
+            } else {
+                const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.g) + off);
+                const float2 lo = unpack_bf16(x.x), hi = unpack_bf16(x.y);
+                raw[0] = lo.x; raw[1] = lo.y; raw[2] = hi.x; raw[3] = hi.y;
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float y = raw[e];
+                if constexpr (GATE != 0) y = gate_act<GATE>(y + bias[e], coef, a.lower_bound);
+                acc[e] += ok ? y * LOG2E : 0.0f;  // padded rows: no decay, so G[63] = G at the last token
+                if (t == 0) first[e] = acc[e];
+                range = fmaxf(range, fabsf(acc[e] - first[e]));
+            }
+            *reinterpret_cast<float4*>(sG + (r0 + t) * GPAD + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        }
+        *reinterpret_cast<float4*>(stot + warp * D + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) range = fmaxf(range, __shfl_xor_sync(0xffffffffu, range, m));
+    const bool exact = !(range <= RANGE_MAX);  // NaN-safe: a NaN range takes the exact path
+
+    // beta (activated; zero on padded rows), kept by lanes 0..15 and in shared memory
+    float beta = 0.0f;
+    if (lane < BT && lane < brows) {
+        beta = load_scalar(a.beta, (t0 + r0 + lane) * a.HV + hv, a.beta_fp32);
+        if (a.beta_sigmoid) beta = a.beta_scale / (1.0f + __expf(-beta));
+    }
+    if (lane < BT) sbeta[r0 + lane] = beta;
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // 2. G from the chunk's first token (the earlier blocks' totals added in block order); gl from the last block
+    {
+        float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int J = 0; J < warp; ++J) {
+            const float4 x = *reinterpret_cast<const float4*>(stot + J * D + c0);
+            off[0] += x.x; off[1] += x.y; off[2] += x.z; off[3] += x.w;
+        }
+#pragma unroll 4
+        for (int t = 0; t < BT; ++t) {
+            float4* p = reinterpret_cast<float4*>(sG + (r0 + t) * GPAD + c0);
+            float4 x = *p;
+            x.x += off[0]; x.y += off[1]; x.z += off[2]; x.w += off[3];
+            *p = x;
+            if (warp == 3 && t == BT - 1) *reinterpret_cast<float4*>(a.gl + (ci * a.HV + hv) * D + c0) = x;
+        }
+    }
+
+    // q and k fragments of this block (A-operand layout, k-step kk) and the rows' norms (q's carries the scale)
+    uint32_t qf[8][4], kf[8][4];
+    {
+        const int r = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+            ldsm_x4(qf[kk], sq + swz(r, kk * 16 + (lane >> 4) * 8));
+            ldsm_x4(kf[kk], sk + swz(r, kk * 16 + (lane >> 4) * 8));
+        }
+    }
+    float rq[2], rk[2];
+    {
+        float ssq[2] = {0.0f, 0.0f}, ssk[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float2 x = unpack_bf16(qf[kk][e]), y = unpack_bf16(kf[kk][e]);
+                ssq[e & 1] += x.x * x.x + x.y * x.y;
+                ssk[e & 1] += y.x * y.x + y.y * y.y;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+            for (int m = 1; m < 4; m <<= 1) {
+                ssq[r] += __shfl_xor_sync(0xffffffffu, ssq[r], m);
+                ssk[r] += __shfl_xor_sync(0xffffffffu, ssk[r], m);
+            }
+            rq[r] = (a.l2norm ? rsqrtf(ssq[r] + 1e-6f) : 1.0f) * a.scale;
+            rk[r] = a.l2norm ? rsqrtf(ssk[r] + 1e-6f) : 1.0f;
+        }
+        if ((lane & 3) == 0) {
+            srk[r0 + gi] = rk[0];
+            srk[r0 + gi + 8] = rk[1];
+        }
+    }
+    __syncthreads();  // G, the k norms; every warp has its q fragments (Q is overwritten below)
+
+    // 3. own rows: qg, kg to global, k e^{G} over q in Q, and the anchored A operands in place of the fragments
+    const int64_t ld = a.HV * D, row0 = (t0 + r0) * a.HV + hv;  // this block's first row in the [TT, HV, ...] outputs
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+        uint32_t oq[4], ok[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = r0 + gi + (e & 1) * 8, col = kk * 16 + (e >> 1) * 8 + gj;
+            const float2 G = *reinterpret_cast<const float2*>(sG + row * GPAD + col);
+            const float2 Ga = *reinterpret_cast<const float2*>(sG + r0 * GPAD + col);
+            const float2 GL = *reinterpret_cast<const float2*>(sG + (C64 - 1) * GPAD + col);
+            const float2 x = unpack_bf16(qf[kk][e]), y = unpack_bf16(kf[kk][e]);
+            const float qs0 = x.x * rq[e & 1], qs1 = x.y * rq[e & 1];
+            const float ks0 = y.x * rk[e & 1], ks1 = y.y * rk[e & 1];
+            const float e0 = fast_exp2(G.x), e1 = fast_exp2(G.y);
+            oq[e] = pack_bf16(qs0 * e0, qs1 * e1);
+            ok[e] = pack_bf16(ks0 * fast_exp2(GL.x - G.x), ks1 * fast_exp2(GL.y - G.y));
+            *reinterpret_cast<uint32_t*>(sq + swz(row, col)) = pack_bf16(ks0 * e0, ks1 * e1);
+            const float a0 = fast_exp2(G.x - Ga.x), a1 = fast_exp2(G.y - Ga.y);
+            qf[kk][e] = pack_bf16(qs0 * a0, qs1 * a1);
+            kf[kk][e] = pack_bf16(ks0 * a0, ks1 * a1);
+        }
+        store_tile(st0, oq, a.qg + row0 * D + kk * 16, ld, lane, brows);
+        store_tile(st1, ok, a.kg + row0 * D + kk * 16, ld, lane, brows);
+    }
+
+    // 4. Aqk and L over column blocks J <= I (columns k_j rk_j e^{G_a - G_j} from K): Aqk to global (zero tiles right
+    //    of the diagonal block), beta_i L in registers (they go to R1 once every warp is done with G)
+    float lt[4][2][4];
+#pragma unroll
+    for (int J = 0; J < 4; ++J) {
+        float aqk[2][4] = {}, lkk[2][4] = {};
+        if (J <= warp) {
+            const int rb = J * BT + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) {
+                uint32_t kb[4], fi[4];
+                ldsm_x4(kb, sk + swz(rb, kk * 16 + (lane >> 4) * 8));
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int j = J * BT + gi + (e & 1) * 8, col = kk * 16 + (e >> 1) * 8 + gj;
+                    const float2 G = *reinterpret_cast<const float2*>(sG + j * GPAD + col);
+                    const float2 Ga = *reinterpret_cast<const float2*>(sG + r0 * GPAD + col);
+                    const float2 y = unpack_bf16(kb[e]);
+                    const float s = srk[j];
+                    fi[e] = pack_bf16(y.x * s * fast_exp2(fminf(Ga.x - G.x, RANGE_MAX)),
+                                      y.y * s * fast_exp2(fminf(Ga.y - G.y, RANGE_MAX)));
+                }
+                // B fragments of the column tokens: n-tile 0 is rows 0-7 (e = 0, 2), n-tile 1 rows 8-15 (e = 1, 3)
+                mma(aqk[0], qf[kk], fi[0], fi[2]);
+                mma(aqk[1], qf[kk], fi[1], fi[3]);
+                mma(lkk[0], kf[kk], fi[0], fi[2]);
+                mma(lkk[1], kf[kk], fi[1], fi[3]);
+            }
+            if (J == warp && exact) {
+                float ea[2][4], el[2][4];
+                exact_block(a, sG, sk, srk, rq[0], rq[1], rk[0], rk[1], t0, h, r0, brows, lane, ea, el);
+#pragma unroll
+                for (int n = 0; n < 2; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        aqk[n][e] = ea[n][e];
+                        lkk[n][e] = el[n][e];
+                    }
+                }
+            }
+        }
+        uint32_t oa[4];
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+            for (int hrow = 0; hrow < 2; ++hrow) {
+                const int i = r0 + gi + hrow * 8, j = J * BT + n * 8 + gj;
+                const bool vi = i < nvalid;
+                const float bi = __shfl_sync(0xffffffffu, beta, gi + hrow * 8);
+                oa[2 * n + hrow] = pack_bf16(vi && j <= i ? aqk[n][2 * hrow] : 0.0f,
+                                             vi && j + 1 <= i ? aqk[n][2 * hrow + 1] : 0.0f);
+                lt[J][n][2 * hrow] = j < i ? bi * lkk[n][2 * hrow] : 0.0f;
+                lt[J][n][2 * hrow + 1] = j + 1 < i ? bi * lkk[n][2 * hrow + 1] : 0.0f;
+            }
+        }
+        store_tile(st0, oa, a.aqk + row0 * C64 + J * BT, a.HV * C64, lane, brows);
+    }
+    __syncthreads();  // G and k are dead
+
+    // 5. beta_i L (this block's rows) over G, v into R1 behind it (landing while the inverse runs)
+#pragma unroll
+    for (int J = 0; J < 4; ++J) {
+        if (J <= warp) {
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+#pragma unroll
+                for (int hrow = 0; hrow < 2; ++hrow) {
+                    *reinterpret_cast<float2*>(sL + (r0 + gi + hrow * 8) * LPAD + J * BT + n * 8 + gj) =
+                        make_float2(lt[J][n][2 * hrow], lt[J][n][2 * hrow + 1]);
+                }
+            }
+        }
+    }
+    for (int i = lane; i < BT * 16; i += 32) {
+        const int r = r0 + (i >> 4), p = (i & 15) * 8;
+        const bool ok = r < nvalid;
+        cp_async16(sv + swz(r, p), a.v + ((t0 + (ok ? r : 0)) * a.HV + hv) * D + p, ok);
+    }
+    cp_async_commit();
+    __syncwarp();
+
+    // 6. T = (I + L)^-1 in fp32 into K: T_II by forward substitution (lane c < 16 builds column c), then the blocks
+    //    below the diagonal by distance r = I - J: T_IJ = -T_II P, P = sum_{J <= M < I} L_IM T_MJ (lane: row l / 2,
+    //    columns 8 (l % 2) ..)
+    {
+        const int c = lane & 15;
+        float x[BT];
+#pragma unroll
+        for (int i = 0; i < BT; ++i) {
+            float s = i == c ? 1.0f : 0.0f;
+#pragma unroll
+            for (int j = 0; j < i; ++j) s -= sL[(r0 + i) * LPAD + r0 + j] * x[j];
+            x[i] = s;
+        }
+        if (lane < BT) {
+#pragma unroll
+            for (int i = 0; i < BT; ++i) sT[(r0 + i) * C64 + r0 + c] = x[i];
+        }
+    }
+    __syncthreads();
+    {
+        const int pr = lane >> 1, pc = (lane & 1) * 8;
+        for (int r = 1; r < 4; ++r) {
+            if (warp >= r) {
+                const int J = warp - r;
+                float p[8] = {};
+                for (int M = J; M < warp; ++M) {
+                    for (int m = 0; m < BT; ++m) {
+                        const float l = sL[(r0 + pr) * LPAD + M * BT + m];
+                        const float* t = sT + (M * BT + m) * C64 + J * BT + pc;
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) p[e] += l * t[e];
+                    }
+                }
+#pragma unroll
+                for (int e = 0; e < 8; ++e) scratch[pr * BT + pc + e] = p[e];
+                __syncwarp();
+                float t[8] = {};
+                for (int m = 0; m <= pr; ++m) {
+                    const float l = sT[(r0 + pr) * C64 + r0 + m];
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) t[e] -= l * scratch[m * BT + pc + e];
+                }
+#pragma unroll
+                for (int e = 0; e < 8; ++e) sT[(r0 + pr) * C64 + J * BT + pc + e] = t[e];
+                __syncwarp();
+            }
+            __syncthreads();
+        }
+    }
+
+    // 7. T diag(beta) as bf16 over L (lower triangle; a non-finite entry zero, as Triton's inverse), v landed
+    for (int i = lane; i < BT * C64; i += 32) {
+        const int r = r0 + i / C64, c = i % C64;
+        const float x = c <= r ? sT[r * C64 + c] * sbeta[c] : 0.0f;
+        sA[r * TPAD + c] = __float2bfloat16_rn(fabsf(x) < INFINITY ? x : 0.0f);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // 8. w = T diag(beta) (k e^{G}), u = T diag(beta) v over the column blocks J <= I, stored from the accumulators
+    {
+        const int r = (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int np = 0; np < D / 16; ++np) {
+            const int c = np * 16 + (lane >> 4) * 8;
+            float cw[2][4] = {}, cu[2][4] = {};
+#pragma unroll
+            for (int J = 0; J < 4; ++J) {
+                if (J <= warp) {
+                    uint32_t fa[4], fx[4], fv[4];
+                    ldsm_x4(fa, tile_a(sA + r0 * TPAD, TPAD, J * BT, lane));
+                    ldsm_x4_t(fx, sq + swz(J * BT + r, c));
+                    ldsm_x4_t(fv, sv + swz(J * BT + r, c));
+                    mma(cw[0], fa, fx[0], fx[1]);
+                    mma(cw[1], fa, fx[2], fx[3]);
+                    mma(cu[0], fa, fv[0], fv[1]);
+                    mma(cu[1], fa, fv[2], fv[3]);
+                }
+            }
+            const uint32_t ow[4] = {pack_bf16(cw[0][0], cw[0][1]), pack_bf16(cw[0][2], cw[0][3]),
+                                    pack_bf16(cw[1][0], cw[1][1]), pack_bf16(cw[1][2], cw[1][3])};
+            const uint32_t ou[4] = {pack_bf16(cu[0][0], cu[0][1]), pack_bf16(cu[0][2], cu[0][3]),
+                                    pack_bf16(cu[1][0], cu[1][1]), pack_bf16(cu[1][2], cu[1][3])};
+            store_tile(st0, ow, a.w + row0 * D + np * 16, ld, lane, brows);
+            store_tile(st1, ou, a.u + row0 * D + np * 16, ld, lane, brows);
+        }
+    }
+}
+
 template <int WGS>
 constexpr int k64_smem_bytes() { return x_stages<WGS>() * x_stage<WGS>() + C64 * x_upad<WGS>() * 2; }
 
@@ -1243,4 +1662,49 @@ extern "C" int kda_state64_fwd(const State64Args* args, void* stream, char* err,
     (void)stream;
     return fail(err, errlen, "kda_state64_fwd: the 64-token recurrence is in the sm_90a library only");
 #endif
+}
+
+extern "C" int kda_intra64_fwd_args_size() { return static_cast<int>(sizeof(Intra64Args)); }
+
+// the intra stage over 64-token chunks (`kda_intra64_fwd_kernel`) on the caller's stream
+extern "C" int kda_intra64_fwd(const Intra64Args* args, void* stream, char* err, int errlen) {
+    if (args == nullptr) return fail(err, errlen, "kda_intra64_fwd: args is null");
+    const Intra64Args& a = *args;
+    char msg[512];
+    if (a.K != D || a.V != D) {
+        snprintf(msg, sizeof msg, "kda_intra64_fwd: K and V must be %d, got K=%lld V=%lld", D, (long long)a.K,
+                 (long long)a.V);
+        return fail(err, errlen, msg);
+    }
+    if (a.TT < 0 || a.NT < 0 || a.NT > 0x7fffffffLL || a.H < 1 || a.HV < a.H || a.HV % a.H != 0 || a.HV > 65535) {
+        snprintf(msg, sizeof msg, "kda_intra64_fwd: bad sizes TT=%lld NT=%lld H=%lld HV=%lld (need NT < 2^31, H >= 1, "
+                 "HV a multiple of H, HV <= 65535)", (long long)a.TT, (long long)a.NT, (long long)a.H, (long long)a.HV);
+        return fail(err, errlen, msg);
+    }
+    if (a.gate < 0 || a.gate > 2) return fail(err, errlen, "kda_intra64_fwd: gate must be 0, 1 or 2");
+    if (a.gate == 1 && a.A_log == nullptr) return fail(err, errlen, "kda_intra64_fwd: the softplus gate needs A_log");
+    if (a.TT == 0 || a.NT == 0) return 0;
+    const Ptr ptrs[] = {
+        {a.q, "q", 16, true}, {a.k, "k", 16, true}, {a.v, "v", 16, true}, {a.g, "g", a.g_fp32 ? 16 : 8, true},
+        {a.beta, "beta", 4, true}, {a.A_log, "A_log", 4, false}, {a.dt_bias, "dt_bias", 4, false},
+        {a.cu_seqlens, "cu_seqlens", 8, true}, {a.chunk_indices, "chunk_indices", 8, true},
+        {a.qg, "qg", 16, true}, {a.kg, "kg", 16, true}, {a.w, "w", 16, true}, {a.u, "u", 16, true},
+        {a.aqk, "aqk", 16, true}, {a.gl, "gl", 16, true},
+    };
+    if (check_pointers("kda_intra64_fwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
+    void (*kernel)(const Intra64Args) = nullptr;
+    if (a.gate == 0) kernel = a.g_fp32 ? kda_intra64_fwd_kernel<0, true> : kda_intra64_fwd_kernel<0, false>;
+    else if (a.gate == 1) kernel = a.g_fp32 ? kda_intra64_fwd_kernel<1, true> : kda_intra64_fwd_kernel<1, false>;
+    else kernel = a.g_fp32 ? kda_intra64_fwd_kernel<2, true> : kda_intra64_fwd_kernel<2, false>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, I64_SMEM);
+    if (e == cudaSuccess) {
+        kernel<<<dim3(static_cast<unsigned>(a.NT), static_cast<unsigned>(a.HV)), 128, I64_SMEM,
+                 static_cast<cudaStream_t>(stream)>>>(a);
+        e = cudaGetLastError();
+    }
+    if (e != cudaSuccess) {
+        snprintf(msg, sizeof msg, "kda_intra64_fwd: launch: %s", cudaGetErrorString(e));
+        return fail(err, errlen, msg);
+    }
+    return 0;
 }

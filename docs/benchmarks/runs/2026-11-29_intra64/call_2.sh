@@ -1,0 +1,34 @@
+# Device call 2 (one H200): the 64-token intra stage with its exact path out of line (8.3K SASS instructions from 12K):
+# sm90_v2's GPU tests and sm90's verifier tests (split sequences to Triton only past 8192 tokens), intra64_bench.py,
+# ncu's stall reasons of kda_intra64_fwd_kernel at B2 T8192 H32, and few_heads.py on the rows the new rule moves.
+# Carried: .cuda_cache (this tree's library, nvcc 13.0, sm_90a).
+export PYTHONPATH=$PWD TRITON_KDA_CUDA_CACHE=$PWD/.cuda_cache PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tc
+R=$OUT/r; mkdir -p $R
+D=docs/benchmarks/runs/2026-11-29_intra64
+timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider -rfs tests/test_cuda_sm90_v2.py tests/test_cuda_sm90.py \
+  -k "v2 or verifier or dispatch" > $R/pytest.txt 2>&1
+echo "rc=$?" >> $R/pytest.txt
+grep -E "^FAILED|^E  |passed|failed|rc=" $R/pytest.txt | cut -c1-400 | head -30
+timeout 120 python3 $D/intra64_bench.py --shapes B2-T8192-H32,B1-T8192-H96,B4-T4096-H16 > $R/bench.txt 2>&1
+echo "rc=$?" >> $R/bench.txt; cat $R/bench.txt
+NCU=$(which ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+MET="gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
+TRITON_KDA_SM90_FWD=v2 timeout 200 $NCU --clock-control none --kernel-name regex:intra64 --launch-skip 2 --launch-count 1 \
+  --metrics "$MET" --csv --page raw --print-units base python3 docs/benchmarks/runs/2026-11-29_state64/ncu_drive.py \
+  B2-T8192-H32 > $R/ncu.csv 2> $R/ncu.err; echo "ncu rc=$?"; tail -2 $R/ncu.err
+python3 - $R/ncu.csv <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head, data = rows[0], rows[2:]
+for r in data:
+    for n, x in zip(head, r):
+        if "__" in n:
+            try:
+                val = float(x.replace(",", ""))
+            except ValueError:
+                continue
+            if "stalled" not in n or val >= 0.05:
+                print(f"{n.replace('smsp__average_warps_issue_stalled_', 'stall ')}: {val:.4g}")
+PY
+timeout 60 python3 docs/benchmarks/runs/2026-11-29_state64/few_heads.py --shapes B1-T4096-H4,B1-T8192-H4,B1-T8192-H2 \
+  > $R/few_heads.md 2>&1; echo "rc=$?" >> $R/few_heads.md; cat $R/few_heads.md
