@@ -1124,24 +1124,33 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
 //       a block whose range passes RANGE_MAX sums its own block exactly, term by term (as the 16-token kernel);
 //   T = (I + L)^-1 by blocks in fp32: T_II by forward substitution, T_IJ = -T_II sum_{J <= M < I} L_IM T_MJ;
 //   w = T diag(beta) (k e^{G}), u = T diag(beta) v, qg = scale q e^{G}, kg = k e^{G_last - G}, gl = G_last.
-// Shared memory (76288 B, three CTAs an SM): R1 holds G (fp32 [64, GPAD]), later L (fp32 [64, LPAD]) and v, then
-// T diag(beta) (bf16 [64, TPAD]); Q holds q, then k e^{G} (w's operand); K holds k, then T (fp32 [64, 64]); then the
-// warps' staging tiles (also the inverse's scratch), the blocks' gate totals, the rows' k norms and betas.
-constexpr int LPAD = 68;                                     // fp32 row stride of L
+// Shared memory (75648 B, three CTAs an SM; no array of tiles lives in registers across the column blocks, which
+// spilled 530 MB at B2 T8192 H32, 2026-11-29_intra64 call 2): R1 holds G (fp32 [64, 128], `gsw`), later the diagonal
+// blocks of L (fp32 [16, 17] each) and the inverse's scratch (fp32 [16, 16] a warp) before v, then T diag(beta) (bf16
+// [64, TPAD]); Q holds q, then k e^{G} (w's operand); K holds k, then T (fp32 [64, 64]); LO the six blocks of L below
+// the diagonal (fp32 [16, 17], block (I, J) at I (I - 1) / 2 + J); then a staging tile a warp (first the blocks'
+// gate totals), the rows' k norms and betas.
+constexpr int LPAD = 17;                                     // fp32 row stride of a 16 x 16 block of L
 constexpr int TPAD = 72;                                     // bf16 row stride of T diag(beta) (conflict-free ldmatrix)
-constexpr int I64_R1 = C64 * GPAD * 4;                       // 34816 B
-constexpr int I64_Q = I64_R1, I64_K = I64_Q + C64 * D * 2, I64_ST = I64_K + C64 * D * 2;
-constexpr int I64_TOT = I64_ST + 4 * 2 * BT * SPAD * 2, I64_RK = I64_TOT + 4 * D * 4, I64_BETA = I64_RK + C64 * 4;
+constexpr int I64_R1 = C64 * D * 4, I64_SCR = 4 * BT * LPAD * 4, I64_V = C64 * D * 2;
+constexpr int I64_Q = I64_R1, I64_K = I64_Q + C64 * D * 2, I64_LO = I64_K + C64 * D * 2;
+constexpr int I64_ST = I64_LO + 6 * BT * LPAD * 4, I64_RK = I64_ST + 4 * BT * SPAD * 2, I64_BETA = I64_RK + C64 * 4;
 constexpr int I64_SMEM = I64_BETA + C64 * 4;
-static_assert(C64 * LPAD * 4 + C64 * D * 2 <= I64_R1 && C64 * TPAD * 2 <= C64 * LPAD * 4, "R1 layout");
-static_assert(BT * BT * 4 <= 2 * BT * SPAD * 2, "a warp's scratch fits its two staging tiles");
+static_assert(I64_SCR + 4 * BT * BT * 4 <= I64_V && C64 * TPAD * 2 <= I64_V && 2 * I64_V == I64_R1, "R1 layout");
+static_assert(4 * D * 4 <= 4 * BT * SPAD * 2, "the gate totals fit the staging tiles");
+
+// element offset of G[r, c] in R1: 16-byte pieces XOR-swizzled by row (the column blocks' float2 reads of eight rows
+// meet no bank twice)
+__device__ __forceinline__ int gsw(int r, int c) { return r * D + ((((c >> 2) ^ (r & 7))) << 2) + (c & 3); }
 
 // the exact path of kda_intra64_fwd_kernel's diagonal block (a gate range past RANGE_MAX): Aqk and L of the block's
 // own 16 x 16 in accumulator layout, sum_d q_i k_j e^{G_i - G_j} with the exponent <= 0 (j <= i), one exp2 per term,
-// q from global, k and G from shared memory; out of line, so the four copies of the column-block loop stay small
-__device__ __noinline__ void exact_block(const Intra64Args& a, const float* sG, const __nv_bfloat16* sk,
-                                         const float* srk, float rq0, float rq1, float rk0, float rk1, int64_t t0,
-                                         int64_t h, int r0, int brows, int lane, float (&aqk)[2][4],
+// q from global (the block's first row at q0, rows qld apart), k and G from shared memory; out of line, so the
+// column-block loop stays small (its arguments plain values: a reference to the kernel's argument block put the block
+// in local memory)
+__device__ __noinline__ void exact_block(const __nv_bfloat16* q0, int64_t qld, const float* sG,
+                                         const __nv_bfloat16* sk, const float* srk, float rq0, float rq1, float rk0,
+                                         float rk1, int r0, int brows, int lane, float (&aqk)[2][4],
                                          float (&lkk)[2][4]) {
     const int gi = lane >> 2, gj = (lane & 3) * 2;
     for (int n = 0; n < 2; ++n) {
@@ -1149,9 +1158,9 @@ __device__ __noinline__ void exact_block(const Intra64Args& a, const float* sG, 
             const int i = gi + (e >> 1) * 8, j = n * 8 + gj + (e & 1);
             float s1 = 0.0f, s2 = 0.0f;
             if (j <= i && i < brows) {
-                const __nv_bfloat16* qi = a.q + ((t0 + r0 + i) * a.H + h) * D;
+                const __nv_bfloat16* qi = q0 + i * qld;
                 for (int d = 0; d < D; ++d) {
-                    const float f = exp2f(fminf(sG[(r0 + i) * GPAD + d] - sG[(r0 + j) * GPAD + d], 0.0f));
+                    const float f = exp2f(fminf(sG[gsw(r0 + i, d)] - sG[gsw(r0 + j, d)], 0.0f));
                     const float kd = __bfloat162float(sk[swz(r0 + j, d)]) * f;
                     s1 += __bfloat162float(qi[d]) * kd;
                     s2 += __bfloat162float(sk[swz(r0 + i, d)]) * kd;
@@ -1181,16 +1190,16 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
     const int gi = lane >> 2, gj = (lane & 3) * 2;
 
     float* sG = reinterpret_cast<float*>(smem);
-    float* sL = reinterpret_cast<float*>(smem);
-    __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(smem + C64 * LPAD * 4);
+    float* sLd = reinterpret_cast<float*>(smem) + warp * BT * LPAD;  // this warp's diagonal block of L
+    float* scratch = reinterpret_cast<float*>(smem + I64_SCR) + warp * BT * BT;
+    __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(smem + I64_V);
     __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem);
     __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem + I64_Q);  // q, then k e^{G}
     __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(smem + I64_K);
     float* sT = reinterpret_cast<float*>(smem + I64_K);
-    __nv_bfloat16* st0 = reinterpret_cast<__nv_bfloat16*>(smem + I64_ST) + warp * 2 * BT * SPAD;
-    __nv_bfloat16* st1 = st0 + BT * SPAD;
-    float* scratch = reinterpret_cast<float*>(st0);
-    float* stot = reinterpret_cast<float*>(smem + I64_TOT);
+    float* sLo = reinterpret_cast<float*>(smem + I64_LO);
+    __nv_bfloat16* st0 = reinterpret_cast<__nv_bfloat16*>(smem + I64_ST) + warp * BT * SPAD;
+    float* stot = reinterpret_cast<float*>(smem + I64_ST);
     float* srk = reinterpret_cast<float*>(smem + I64_RK);
     float* sbeta = reinterpret_cast<float*>(smem + I64_BETA);
 
@@ -1238,7 +1247,7 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
                 if (t == 0) first[e] = acc[e];
                 range = fmaxf(range, fabsf(acc[e] - first[e]));
             }
-            *reinterpret_cast<float4*>(sG + (r0 + t) * GPAD + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            *reinterpret_cast<float4*>(sG + gsw(r0 + t, c0)) = make_float4(acc[0], acc[1], acc[2], acc[3]);
         }
         *reinterpret_cast<float4*>(stot + warp * D + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
     }
@@ -1265,7 +1274,7 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
         }
 #pragma unroll 4
         for (int t = 0; t < BT; ++t) {
-            float4* p = reinterpret_cast<float4*>(sG + (r0 + t) * GPAD + c0);
+            float4* p = reinterpret_cast<float4*>(sG + gsw(r0 + t, c0));
             float4 x = *p;
             x.x += off[0]; x.y += off[1]; x.z += off[2]; x.w += off[3];
             *p = x;
@@ -1320,9 +1329,9 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int row = r0 + gi + (e & 1) * 8, col = kk * 16 + (e >> 1) * 8 + gj;
-            const float2 G = *reinterpret_cast<const float2*>(sG + row * GPAD + col);
-            const float2 Ga = *reinterpret_cast<const float2*>(sG + r0 * GPAD + col);
-            const float2 GL = *reinterpret_cast<const float2*>(sG + (C64 - 1) * GPAD + col);
+            const float2 G = *reinterpret_cast<const float2*>(sG + gsw(row, col));
+            const float2 Ga = *reinterpret_cast<const float2*>(sG + gsw(r0, col));
+            const float2 GL = *reinterpret_cast<const float2*>(sG + gsw(C64 - 1, col));
             const float2 x = unpack_bf16(qf[kk][e]), y = unpack_bf16(kf[kk][e]);
             const float qs0 = x.x * rq[e & 1], qs1 = x.y * rq[e & 1];
             const float ks0 = y.x * rk[e & 1], ks1 = y.y * rk[e & 1];
@@ -1335,50 +1344,37 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
             kf[kk][e] = pack_bf16(ks0 * a0, ks1 * a1);
         }
         store_tile(st0, oq, a.qg + row0 * D + kk * 16, ld, lane, brows);
-        store_tile(st1, ok, a.kg + row0 * D + kk * 16, ld, lane, brows);
+        store_tile(st0, ok, a.kg + row0 * D + kk * 16, ld, lane, brows);
     }
 
     // 4. Aqk and L over column blocks J <= I (columns k_j rk_j e^{G_a - G_j} from K): Aqk to global (zero tiles right
-    //    of the diagonal block), beta_i L in registers (they go to R1 once every warp is done with G)
-    float lt[4][2][4];
+    //    of the diagonal block), beta_i L to LO below the diagonal; the diagonal block last and apart, its L in
+    //    registers (R1 holds G yet), so that no tile lives in registers across the loop
+    auto products = [&](int J, float (&aqk)[2][4], float (&lkk)[2][4]) {
+        const int rb = J * BT + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
-    for (int J = 0; J < 4; ++J) {
-        float aqk[2][4] = {}, lkk[2][4] = {};
-        if (J <= warp) {
-            const int rb = J * BT + (lane & 7) + ((lane >> 3) & 1) * 8;
+        for (int kk = 0; kk < 8; ++kk) {
+            uint32_t kb[4], fi[4];
+            ldsm_x4(kb, sk + swz(rb, kk * 16 + (lane >> 4) * 8));
 #pragma unroll
-            for (int kk = 0; kk < 8; ++kk) {
-                uint32_t kb[4], fi[4];
-                ldsm_x4(kb, sk + swz(rb, kk * 16 + (lane >> 4) * 8));
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int j = J * BT + gi + (e & 1) * 8, col = kk * 16 + (e >> 1) * 8 + gj;
-                    const float2 G = *reinterpret_cast<const float2*>(sG + j * GPAD + col);
-                    const float2 Ga = *reinterpret_cast<const float2*>(sG + r0 * GPAD + col);
-                    const float2 y = unpack_bf16(kb[e]);
-                    const float s = srk[j];
-                    fi[e] = pack_bf16(y.x * s * fast_exp2(fminf(Ga.x - G.x, RANGE_MAX)),
-                                      y.y * s * fast_exp2(fminf(Ga.y - G.y, RANGE_MAX)));
-                }
-                // B fragments of the column tokens: n-tile 0 is rows 0-7 (e = 0, 2), n-tile 1 rows 8-15 (e = 1, 3)
-                mma(aqk[0], qf[kk], fi[0], fi[2]);
-                mma(aqk[1], qf[kk], fi[1], fi[3]);
-                mma(lkk[0], kf[kk], fi[0], fi[2]);
-                mma(lkk[1], kf[kk], fi[1], fi[3]);
+            for (int e = 0; e < 4; ++e) {
+                const int j = J * BT + gi + (e & 1) * 8, col = kk * 16 + (e >> 1) * 8 + gj;
+                const float2 G = *reinterpret_cast<const float2*>(sG + gsw(j, col));
+                const float2 Ga = *reinterpret_cast<const float2*>(sG + gsw(r0, col));
+                const float2 y = unpack_bf16(kb[e]);
+                const float s = srk[j];
+                fi[e] = pack_bf16(y.x * s * fast_exp2(fminf(Ga.x - G.x, RANGE_MAX)),
+                                  y.y * s * fast_exp2(fminf(Ga.y - G.y, RANGE_MAX)));
             }
-            if (J == warp && exact) {
-                float ea[2][4], el[2][4];
-                exact_block(a, sG, sk, srk, rq[0], rq[1], rk[0], rk[1], t0, h, r0, brows, lane, ea, el);
-#pragma unroll
-                for (int n = 0; n < 2; ++n) {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        aqk[n][e] = ea[n][e];
-                        lkk[n][e] = el[n][e];
-                    }
-                }
-            }
+            // B fragments of the column tokens: n-tile 0 is rows 0-7 (e = 0, 2), n-tile 1 rows 8-15 (e = 1, 3)
+            mma(aqk[0], qf[kk], fi[0], fi[2]);
+            mma(aqk[1], qf[kk], fi[1], fi[3]);
+            mma(lkk[0], kf[kk], fi[0], fi[2]);
+            mma(lkk[1], kf[kk], fi[1], fi[3]);
         }
+    };
+    // the masks: Aqk's tile (j <= i, valid rows) to global, beta_i L[i, j] (j < i) to lt
+    auto finish = [&](int J, const float (&aqk)[2][4], const float (&lkk)[2][4], float (&lt)[2][4]) {
         uint32_t oa[4];
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
@@ -1389,27 +1385,54 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
                 const float bi = __shfl_sync(0xffffffffu, beta, gi + hrow * 8);
                 oa[2 * n + hrow] = pack_bf16(vi && j <= i ? aqk[n][2 * hrow] : 0.0f,
                                              vi && j + 1 <= i ? aqk[n][2 * hrow + 1] : 0.0f);
-                lt[J][n][2 * hrow] = j < i ? bi * lkk[n][2 * hrow] : 0.0f;
-                lt[J][n][2 * hrow + 1] = j + 1 < i ? bi * lkk[n][2 * hrow + 1] : 0.0f;
+                lt[n][2 * hrow] = j < i ? bi * lkk[n][2 * hrow] : 0.0f;
+                lt[n][2 * hrow + 1] = j + 1 < i ? bi * lkk[n][2 * hrow + 1] : 0.0f;
             }
         }
         store_tile(st0, oa, a.aqk + row0 * C64 + J * BT, a.HV * C64, lane, brows);
-    }
-    __syncthreads();  // G and k are dead
-
-    // 5. beta_i L (this block's rows) over G, v into R1 behind it (landing while the inverse runs)
+    };
+#pragma unroll 1
+    for (int J = 0; J < warp; ++J) {
+        float aqk[2][4] = {}, lkk[2][4] = {}, lt[2][4];
+        products(J, aqk, lkk);
+        finish(J, aqk, lkk, lt);
+        float* lo = sLo + (warp * (warp - 1) / 2 + J) * BT * LPAD;
 #pragma unroll
-    for (int J = 0; J < 4; ++J) {
-        if (J <= warp) {
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) lo[(gi + (e >> 1) * 8) * LPAD + n * 8 + gj + (e & 1)] = lt[n][e];
+        }
+    }
+    float ld_[2][4];
+    {
+        float aqk[2][4] = {}, lkk[2][4] = {};
+        products(warp, aqk, lkk);
+        if (exact) {
+            float ea[2][4], el[2][4];
+            exact_block(a.q + ((t0 + r0) * a.H + h) * D, a.H * D, sG, sk, srk, rq[0], rq[1], rk[0], rk[1], r0, brows,
+                        lane, ea, el);
 #pragma unroll
             for (int n = 0; n < 2; ++n) {
 #pragma unroll
-                for (int hrow = 0; hrow < 2; ++hrow) {
-                    *reinterpret_cast<float2*>(sL + (r0 + gi + hrow * 8) * LPAD + J * BT + n * 8 + gj) =
-                        make_float2(lt[J][n][2 * hrow], lt[J][n][2 * hrow + 1]);
+                for (int e = 0; e < 4; ++e) {
+                    aqk[n][e] = ea[n][e];
+                    lkk[n][e] = el[n][e];
                 }
             }
         }
+        finish(warp, aqk, lkk, ld_);
+    }
+    for (int J = warp + 1; J < 4; ++J) {
+        const uint32_t zero[4] = {0u, 0u, 0u, 0u};
+        store_tile(st0, zero, a.aqk + row0 * C64 + J * BT, a.HV * C64, lane, brows);
+    }
+    __syncthreads();  // G and k are dead
+
+    // 5. the diagonal block of beta_i L over G, v into R1 behind it (landing while the inverse runs)
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sLd[(gi + (e >> 1) * 8) * LPAD + n * 8 + gj + (e & 1)] = ld_[n][e];
     }
     for (int i = lane; i < BT * 16; i += 32) {
         const int r = r0 + (i >> 4), p = (i & 15) * 8;
@@ -1429,7 +1452,7 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
         for (int i = 0; i < BT; ++i) {
             float s = i == c ? 1.0f : 0.0f;
 #pragma unroll
-            for (int j = 0; j < i; ++j) s -= sL[(r0 + i) * LPAD + r0 + j] * x[j];
+            for (int j = 0; j < i; ++j) s -= sLd[i * LPAD + j] * x[j];
             x[i] = s;
         }
         if (lane < BT) {
@@ -1446,7 +1469,7 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
                 float p[8] = {};
                 for (int M = J; M < warp; ++M) {
                     for (int m = 0; m < BT; ++m) {
-                        const float l = sL[(r0 + pr) * LPAD + M * BT + m];
+                        const float l = sLo[((warp * (warp - 1) / 2 + M) * BT + pr) * LPAD + m];
                         const float* t = sT + (M * BT + m) * C64 + J * BT + pc;
 #pragma unroll
                         for (int e = 0; e < 8; ++e) p[e] += l * t[e];
@@ -1503,7 +1526,7 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
             const uint32_t ou[4] = {pack_bf16(cu[0][0], cu[0][1]), pack_bf16(cu[0][2], cu[0][3]),
                                     pack_bf16(cu[1][0], cu[1][1]), pack_bf16(cu[1][2], cu[1][3])};
             store_tile(st0, ow, a.w + row0 * D + np * 16, ld, lane, brows);
-            store_tile(st1, ou, a.u + row0 * D + np * 16, ld, lane, brows);
+            store_tile(st0, ou, a.u + row0 * D + np * 16, ld, lane, brows);
         }
     }
 }
