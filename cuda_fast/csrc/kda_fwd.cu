@@ -179,6 +179,111 @@ __device__ __forceinline__ void store_state(float* ht, int v_first, int64_t stat
     }
 }
 
+// helpers of the two intra kernels (16-token `kda_intra_fwd_kernel`, 64-token `kda_intra64_fwd_kernel`); a warp owns
+// a block of 16 rows, row r0 of its chunk on, the chunk's first token at t0 and nvalid tokens in it
+
+// 16-byte pieces of the block's rows of x and, with PAIR, y (H heads, head h: [TT, H, D]) to swizzled [.., 128] bf16
+// tiles by cp.async; rows past the sequence end zero-filled
+template <bool PAIR>
+__device__ __forceinline__ void rows_async(__nv_bfloat16* dx, const __nv_bfloat16* x, __nv_bfloat16* dy,
+                                           const __nv_bfloat16* y, int64_t t0, int r0, int nvalid, int64_t H,
+                                           int64_t h, int lane) {
+    for (int i = lane; i < BT * 16; i += 32) {
+        const int r = r0 + (i >> 4), p = (i & 15) * 8;
+        const bool ok = r < nvalid;
+        const int64_t row = ((t0 + (ok ? r : 0)) * H + h) * D + p;
+        cp_async16(dx + swz(r, p), x + row, ok);
+        if constexpr (PAIR) cp_async16(dy + swz(r, p), y + row, ok);
+    }
+}
+
+// the block's gate cumsum (log2 units) for the lane's columns c0..c0+3: row t activated (GATE) and summed in row order
+// into acc, then handed to row_out(t, acc) (padded rows add no decay); returns the lane's largest |G_t - G_(first row)|
+template <int GATE, bool G_F32, class RowOut>
+__device__ __forceinline__ float gate_block(const void* g, const float* A_log, const float* dt_bias, float lower_bound,
+                                            int64_t t0, int r0, int nvalid, int64_t HV, int64_t hv, int c0,
+                                            float (&acc)[4], RowOut&& row_out) {
+    float coef = 1.0f, bias[4] = {0.0f, 0.0f, 0.0f, 0.0f}, first[4], range = 0.0f;
+    if constexpr (GATE != 0) {
+        if (A_log != nullptr) coef = __expf(A_log[hv]);
+        if (dt_bias != nullptr) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) bias[e] = dt_bias[hv * D + c0 + e];
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[e] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < BT; ++t) {
+        const bool ok = r0 + t < nvalid;
+        const int64_t off = ((t0 + (ok ? r0 + t : 0)) * HV + hv) * D + c0;
+        float raw[4];
+        if constexpr (G_F32) {
+            const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(g) + off);
+            raw[0] = x.x; raw[1] = x.y; raw[2] = x.z; raw[3] = x.w;
+        } else {
+            const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(g) + off);
+            const float2 lo = unpack_bf16(x.x), hi = unpack_bf16(x.y);
+            raw[0] = lo.x; raw[1] = lo.y; raw[2] = hi.x; raw[3] = hi.y;
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float y = raw[e];
+            if constexpr (GATE != 0) y = gate_act<GATE>(y + bias[e], coef, lower_bound);
+            acc[e] += ok ? y * LOG2E : 0.0f;
+            if (t == 0) first[e] = acc[e];
+            range = fmaxf(range, fabsf(acc[e] - first[e]));
+        }
+        row_out(t, acc);
+    }
+    return range;
+}
+
+// the reciprocal l2 norms of rows gi and gi + 8 from the block's A fragments of q and k (the 4 lanes of a row hold 32
+// columns each; 1 without l2norm); q's carries the scale
+__device__ __forceinline__ void row_norms(const uint32_t (&qf)[8][4], const uint32_t (&kf)[8][4], bool l2norm,
+                                          float scale, float (&rq)[2], float (&rk)[2]) {
+    float sq[2] = {0.0f, 0.0f}, sk[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float2 x = unpack_bf16(qf[kk][e]), y = unpack_bf16(kf[kk][e]);
+            sq[e & 1] += x.x * x.x + x.y * x.y;
+            sk[e & 1] += y.x * y.x + y.y * y.y;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int m = 1; m < 4; m <<= 1) {
+            sq[r] += __shfl_xor_sync(0xffffffffu, sq[r], m);
+            sk[r] += __shfl_xor_sync(0xffffffffu, sk[r], m);
+        }
+        rq[r] = (l2norm ? rsqrtf(sq[r] + 1e-6f) : 1.0f) * scale;
+        rk[r] = l2norm ? rsqrtf(sk[r] + 1e-6f) : 1.0f;
+    }
+}
+
+// column c of (I + L)^-1 for a 16 x 16 strictly lower L (fp32, rows 17 apart) by forward substitution in fp32
+__device__ __forceinline__ void unit_lower_inverse_column(const float* L, int c, float (&x)[BT]) {
+#pragma unroll
+    for (int i = 0; i < BT; ++i) {
+        float s = i == c ? 1.0f : 0.0f;
+#pragma unroll
+        for (int j = 0; j < i; ++j) s -= L[i * 17 + j] * x[j];
+        x[i] = s;
+    }
+}
+
+// two 16 x 8 accumulator tiles as the bf16 registers `store_tile` takes
+__device__ __forceinline__ void pack_tile(const float (&c)[2][4], uint32_t (&o)[4]) {
+    o[0] = pack_bf16(c[0][0], c[0][1]);
+    o[1] = pack_bf16(c[0][2], c[0][3]);
+    o[2] = pack_bf16(c[1][0], c[1][1]);
+    o[3] = pack_bf16(c[1][2], c[1][3]);
+}
+
 #ifndef KDA_K1_MIN_BLOCKS
 #define KDA_K1_MIN_BLOCKS 3  // CTAs per SM the register allocation targets: 3 (168 registers, under 100 bytes of
                              // spills) beat 2 by 4-5% on an H100 (2026-11-27); the 128-register cap of 4 spilled
@@ -209,53 +314,18 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
     __nv_bfloat16* st1 = st0 + BT * SPAD;
 
     // 0. q and k rows to Q and X (rows past the sequence end zero-filled), landing while the gate pass runs
-    for (int i = lane; i < BT * 16; i += 32) {
-        const int r = i >> 4, p = (i & 15) * 8;
-        const bool ok = r < nvalid;
-        const int64_t row = ((t0 + (ok ? r : 0)) * a.H + h) * D + p;
-        cp_async16(sq + swz(r, p), a.q + row, ok);
-        cp_async16(sx + swz(r, p), a.k + row, ok);
-    }
+    rows_async<true>(sq, a.q, sx, a.k, t0, 0, nvalid, a.H, h, lane);
     cp_async_commit();
 
     // 1. gate and in-chunk cumsum (log2 units), lane owning columns c0..c0+3, rows written to G as they complete
     const int c0 = lane * 4;
-    float range = 0.0f;
-    {
-        float coef = 1.0f, bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (GATE != 0) {
-            if (a.A_log != nullptr) coef = __expf(a.A_log[hv]);
-            if (a.dt_bias != nullptr) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) bias[e] = a.dt_bias[hv * D + c0 + e];
-            }
-        }
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, first[4];
-#pragma unroll
-        for (int t = 0; t < BT; ++t) {
-            const int64_t off = ((t0 + (t < nvalid ? t : 0)) * a.HV + hv) * D + c0;
-            float raw[4];
-            if constexpr (G_F32) {
-                const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(a.g) + off);
-                raw[0] = x.x; raw[1] = x.y; raw[2] = x.z; raw[3] = x.w;
-            } else {
-                const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.g) + off);
-                const float2 lo = unpack_bf16(x.x), hi = unpack_bf16(x.y);
-                raw[0] = lo.x; raw[1] = lo.y; raw[2] = hi.x; raw[3] = hi.y;
-            }
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float y = raw[e];
-                if constexpr (GATE != 0) y = gate_act<GATE>(y + bias[e], coef, a.lower_bound);
-                acc[e] += t < nvalid ? y * LOG2E : 0.0f;  // padded rows: no decay, so G[15] = G at the last token
-                if (t == 0) first[e] = acc[e];
-                range = fmaxf(range, fabsf(acc[e] - first[e]));
-            }
-            *reinterpret_cast<float4*>(sG + t * GPAD + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        }
-        *reinterpret_cast<float4*>(a.decay + (hv * a.NT + ci) * D + c0) =
-            make_float4(fast_exp2(acc[0]), fast_exp2(acc[1]), fast_exp2(acc[2]), fast_exp2(acc[3]));
-    }
+    float acc[4];
+    float range = gate_block<GATE, G_F32>(a.g, a.A_log, a.dt_bias, a.lower_bound, t0, 0, nvalid, a.HV, hv, c0, acc,
+                                          [&](int t, const float (&x)[4]) {
+        *reinterpret_cast<float4*>(sG + t * GPAD + c0) = make_float4(x[0], x[1], x[2], x[3]);
+    });
+    *reinterpret_cast<float4*>(a.decay + (hv * a.NT + ci) * D + c0) =
+        make_float4(fast_exp2(acc[0]), fast_exp2(acc[1]), fast_exp2(acc[2]), fast_exp2(acc[3]));
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) range = fmaxf(range, __shfl_xor_sync(0xffffffffu, range, m));
     const bool exact = !(range <= RANGE_MAX);  // NaN-safe: a NaN range takes the exact path
@@ -281,30 +351,9 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
         if (a.beta_sigmoid) beta = a.beta_scale / (1.0f + __expf(-beta));
     }
 
-    // 3. row norms of rows gi and gi + 8 (the 4 lanes of a row hold 32 columns each); q's factor carries the scale
+    // 3. row norms of rows gi and gi + 8; q's factor carries the scale
     float rq[2], rk[2];
-    {
-        float sq[2] = {0.0f, 0.0f}, sk[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int kk = 0; kk < 8; ++kk) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float2 x = unpack_bf16(qf[kk][e]), y = unpack_bf16(kf[kk][e]);
-                sq[e & 1] += x.x * x.x + x.y * x.y;
-                sk[e & 1] += y.x * y.x + y.y * y.y;
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-#pragma unroll
-            for (int m = 1; m < 4; m <<= 1) {
-                sq[r] += __shfl_xor_sync(0xffffffffu, sq[r], m);
-                sk[r] += __shfl_xor_sync(0xffffffffu, sk[r], m);
-            }
-            rq[r] = (a.l2norm ? rsqrtf(sq[r] + 1e-6f) : 1.0f) * a.scale;
-            rk[r] = a.l2norm ? rsqrtf(sk[r] + 1e-6f) : 1.0f;
-        }
-    }
+    row_norms(qf, kf, a.l2norm, a.scale, rq, rk);
     __syncwarp();
 
     // 4. element-wise factors per k-step: qg, kg to the workspace, k e^{G} to X, and (fast path) the Aqk and L
@@ -373,11 +422,7 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
     }
 
     // 5. v into region R (G is dead), while the masks and the inverse run
-    for (int i = lane; i < BT * 16; i += 32) {
-        const int r = i >> 4, p = (i & 15) * 8;
-        const bool ok = r < nvalid;
-        cp_async16(sv + swz(r, p), a.v + ((t0 + (ok ? r : 0)) * a.HV + hv) * D + p, ok);
-    }
+    rows_async<false>(sv, a.v, nullptr, nullptr, t0, 0, nvalid, a.HV, hv, lane);
     cp_async_commit();
 
     // 6. masks; Aqk to the workspace, beta_i L[i, j] (j < i) to shared memory
@@ -401,13 +446,7 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
     {
         const int c = lane & 15;
         float x[BT];
-#pragma unroll
-        for (int i = 0; i < BT; ++i) {
-            float s = i == c ? 1.0f : 0.0f;
-#pragma unroll
-            for (int j = 0; j < i; ++j) s -= sL[i * 17 + j] * x[j];
-            x[i] = s;
-        }
+        unit_lower_inverse_column(sL, c, x);
         const float bc = __shfl_sync(0xffffffffu, beta, c);
         if (lane < BT) {
 #pragma unroll
@@ -433,10 +472,9 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
             mma(cw[1], fa, fx[2], fx[3]);
             mma(cu[0], fa, fv[0], fv[1]);
             mma(cu[1], fa, fv[2], fv[3]);
-            const uint32_t ow[4] = {pack_bf16(cw[0][0], cw[0][1]), pack_bf16(cw[0][2], cw[0][3]),
-                                    pack_bf16(cw[1][0], cw[1][1]), pack_bf16(cw[1][2], cw[1][3])};
-            const uint32_t ou[4] = {pack_bf16(cu[0][0], cu[0][1]), pack_bf16(cu[0][2], cu[0][3]),
-                                    pack_bf16(cu[1][0], cu[1][1]), pack_bf16(cu[1][2], cu[1][3])};
+            uint32_t ow[4], ou[4];
+            pack_tile(cw, ow);
+            pack_tile(cu, ou);
             store_tile(st0, ow, a.w + tile * D + np * 16, D, lane);
             store_tile(st1, ou, a.u + tile * D + np * 16, D, lane);
         }
@@ -1130,7 +1168,8 @@ __global__ void __launch_bounds__(128 * WGS, 1) kda_state64_fwd_kernel(const Sta
 // [64, TPAD]); Q holds q, then k e^{G} (w's operand); K holds k, then T (fp32 [64, 64]); LO the six blocks of L below
 // the diagonal (fp32 [16, 17], block (I, J) at I (I - 1) / 2 + J); then a staging tile a warp (first the blocks'
 // gate totals), the rows' k norms and betas.
-constexpr int LPAD = 17;                                     // fp32 row stride of a 16 x 16 block of L
+constexpr int LPAD = 17;                                     // fp32 row stride of a 16 x 16 block of L (as
+                                                             // `unit_lower_inverse_column` reads it)
 constexpr int TPAD = 72;                                     // bf16 row stride of T diag(beta) (conflict-free ldmatrix)
 constexpr int I64_R1 = C64 * D * 4, I64_SCR = 4 * BT * LPAD * 4, I64_V = C64 * D * 2;
 constexpr int I64_Q = I64_R1, I64_K = I64_Q + C64 * D * 2, I64_LO = I64_K + C64 * D * 2;
@@ -1204,53 +1243,17 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
     float* sbeta = reinterpret_cast<float*>(smem + I64_BETA);
 
     // 0. q and k rows of this block (rows past the sequence end zero-filled), landing while the gate pass runs
-    for (int i = lane; i < BT * 16; i += 32) {
-        const int r = r0 + (i >> 4), p = (i & 15) * 8;
-        const bool ok = r < nvalid;
-        const int64_t row = ((t0 + (ok ? r : 0)) * a.H + h) * D + p;
-        cp_async16(sq + swz(r, p), a.q + row, ok);
-        cp_async16(sk + swz(r, p), a.k + row, ok);
-    }
+    rows_async<true>(sq, a.q, sk, a.k, t0, r0, nvalid, a.H, h, lane);
     cp_async_commit();
 
     // 1. gate and the block's cumsum (log2 units; lane owns columns c0..c0+3), the block's totals, its range
     const int c0 = lane * 4;
-    float range = 0.0f;
-    {
-        float coef = 1.0f, bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (GATE != 0) {
-            if (a.A_log != nullptr) coef = __expf(a.A_log[hv]);
-            if (a.dt_bias != nullptr) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) bias[e] = a.dt_bias[hv * D + c0 + e];
-            }
-        }
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, first[4];
-#pragma unroll
-        for (int t = 0; t < BT; ++t) {
-            const bool ok = r0 + t < nvalid;
-            const int64_t off = ((t0 + (ok ? r0 + t : 0)) * a.HV + hv) * D + c0;
-            float raw[4];
-            if constexpr (G_F32) {
-                const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(a.g) + off);
-                raw[0] = x.x; raw[1] = x.y; raw[2] = x.z; raw[3] = x.w;
-            } else {
-                const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.g) + off);
-                const float2 lo = unpack_bf16(x.x), hi = unpack_bf16(x.y);
-                raw[0] = lo.x; raw[1] = lo.y; raw[2] = hi.x; raw[3] = hi.y;
-            }
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float y = raw[e];
-                if constexpr (GATE != 0) y = gate_act<GATE>(y + bias[e], coef, a.lower_bound);
-                acc[e] += ok ? y * LOG2E : 0.0f;  // padded rows: no decay, so G[63] = G at the last token
-                if (t == 0) first[e] = acc[e];
-                range = fmaxf(range, fabsf(acc[e] - first[e]));
-            }
-            *reinterpret_cast<float4*>(sG + gsw(r0 + t, c0)) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        }
-        *reinterpret_cast<float4*>(stot + warp * D + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    }
+    float acc[4];
+    float range = gate_block<GATE, G_F32>(a.g, a.A_log, a.dt_bias, a.lower_bound, t0, r0, nvalid, a.HV, hv, c0, acc,
+                                          [&](int t, const float (&x)[4]) {
+        *reinterpret_cast<float4*>(sG + gsw(r0 + t, c0)) = make_float4(x[0], x[1], x[2], x[3]);
+    });
+    *reinterpret_cast<float4*>(stot + warp * D + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) range = fmaxf(range, __shfl_xor_sync(0xffffffffu, range, m));
     const bool exact = !(range <= RANGE_MAX);  // NaN-safe: a NaN range takes the exact path
@@ -1293,31 +1296,10 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
         }
     }
     float rq[2], rk[2];
-    {
-        float ssq[2] = {0.0f, 0.0f}, ssk[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int kk = 0; kk < 8; ++kk) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float2 x = unpack_bf16(qf[kk][e]), y = unpack_bf16(kf[kk][e]);
-                ssq[e & 1] += x.x * x.x + x.y * x.y;
-                ssk[e & 1] += y.x * y.x + y.y * y.y;
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-#pragma unroll
-            for (int m = 1; m < 4; m <<= 1) {
-                ssq[r] += __shfl_xor_sync(0xffffffffu, ssq[r], m);
-                ssk[r] += __shfl_xor_sync(0xffffffffu, ssk[r], m);
-            }
-            rq[r] = (a.l2norm ? rsqrtf(ssq[r] + 1e-6f) : 1.0f) * a.scale;
-            rk[r] = a.l2norm ? rsqrtf(ssk[r] + 1e-6f) : 1.0f;
-        }
-        if ((lane & 3) == 0) {
-            srk[r0 + gi] = rk[0];
-            srk[r0 + gi + 8] = rk[1];
-        }
+    row_norms(qf, kf, a.l2norm, a.scale, rq, rk);
+    if ((lane & 3) == 0) {
+        srk[r0 + gi] = rk[0];
+        srk[r0 + gi + 8] = rk[1];
     }
     __syncthreads();  // G, the k norms; every warp has its q fragments (Q is overwritten below)
 
@@ -1434,11 +1416,7 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
 #pragma unroll
         for (int e = 0; e < 4; ++e) sLd[(gi + (e >> 1) * 8) * LPAD + n * 8 + gj + (e & 1)] = ld_[n][e];
     }
-    for (int i = lane; i < BT * 16; i += 32) {
-        const int r = r0 + (i >> 4), p = (i & 15) * 8;
-        const bool ok = r < nvalid;
-        cp_async16(sv + swz(r, p), a.v + ((t0 + (ok ? r : 0)) * a.HV + hv) * D + p, ok);
-    }
+    rows_async<false>(sv, a.v, nullptr, nullptr, t0, r0, nvalid, a.HV, hv, lane);
     cp_async_commit();
     __syncwarp();
 
@@ -1448,13 +1426,7 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
     {
         const int c = lane & 15;
         float x[BT];
-#pragma unroll
-        for (int i = 0; i < BT; ++i) {
-            float s = i == c ? 1.0f : 0.0f;
-#pragma unroll
-            for (int j = 0; j < i; ++j) s -= sLd[i * LPAD + j] * x[j];
-            x[i] = s;
-        }
+        unit_lower_inverse_column(sLd, c, x);
         if (lane < BT) {
 #pragma unroll
             for (int i = 0; i < BT; ++i) sT[(r0 + i) * C64 + r0 + c] = x[i];
@@ -1521,10 +1493,9 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
                     mma(cu[1], fa, fv[2], fv[3]);
                 }
             }
-            const uint32_t ow[4] = {pack_bf16(cw[0][0], cw[0][1]), pack_bf16(cw[0][2], cw[0][3]),
-                                    pack_bf16(cw[1][0], cw[1][1]), pack_bf16(cw[1][2], cw[1][3])};
-            const uint32_t ou[4] = {pack_bf16(cu[0][0], cu[0][1]), pack_bf16(cu[0][2], cu[0][3]),
-                                    pack_bf16(cu[1][0], cu[1][1]), pack_bf16(cu[1][2], cu[1][3])};
+            uint32_t ow[4], ou[4];
+            pack_tile(cw, ow);
+            pack_tile(cu, ou);
             store_tile(st0, ow, a.w + row0 * D + np * 16, ld, lane, brows);
             store_tile(st0, ou, a.u + row0 * D + np * 16, ld, lane, brows);
         }
