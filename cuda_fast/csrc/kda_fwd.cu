@@ -756,7 +756,11 @@ __device__ __forceinline__ void wgmma_n64_acc(float (&d)[8][4], const uint32_t a
 
 #endif
 
-__global__ void __launch_bounds__(128, 1) kda_state_fwd_wgmma_kernel(const FwdArgs a) {
+#ifndef KDA_K2W_MIN_BLOCKS
+#define KDA_K2W_MIN_BLOCKS 1  // CTAs per SM the register allocation targets: 1 (254 registers), or 3 (168, 56 bytes of
+                              // spills: one recurrence and two intra CTAs could share an SM, design.md milestone 5)
+#endif
+__global__ void __launch_bounds__(128, KDA_K2W_MIN_BLOCKS) kda_state_fwd_wgmma_kernel(const FwdArgs a) {
 #if defined(KDA_WGMMA)
     constexpr int BV = 64, THREADS = 128, UPAD = BV + 8;
     extern __shared__ __align__(1024) unsigned char smem_sw[];  // the swizzled tiles need 1024-byte alignment
