@@ -95,6 +95,19 @@ def test_library_abi_and_entry_point_validation(tmp_path, monkeypatch):
     assert "bad sizes N=1 TT=4 NT=1 HV=0" in call64(HV=0)
     assert ("no current CUDA device" if not torch.cuda.is_available() else "qg is null") in call64()
 
+    # the 64-token intra stage's entry point (cuda_fast.sm90_v2), bound with its own argument block
+    intra64 = Library(build.library("90a")).entry("kda_intra64_fwd", sm90_v2.Intra64Args)
+
+    def call_intra64(**fields):
+        with pytest.raises(RuntimeError) as info:
+            intra64(sm90_v2.Intra64Args(**{**dict(TT=4, NT=1, H=1, HV=1, K=128, V=128), **fields}), 0)
+        return str(info.value)
+
+    assert "K and V must be 128, got K=128 V=64" in call_intra64(V=64)
+    assert "HV a multiple of H" in call_intra64(H=2, HV=3)
+    assert "the softplus gate needs A_log" in call_intra64(gate=1)
+    assert ("no current CUDA device" if not torch.cuda.is_available() else "q is null") in call_intra64()
+
 
 def test_build_reports_a_missing_nvcc(monkeypatch):
     monkeypatch.setattr(build.shutil, "which", lambda name: None)
