@@ -147,6 +147,29 @@ class Workspace(NamedTuple):
     decay: torch.Tensor  # [HV, NT, K] fp32: exp(G_last)
 
 
+def buffer(shape: tuple, poison: bool, **kw) -> torch.Tensor:
+    """An output buffer: NaN-filled with ``poison`` (tests: elements a kernel must write), else uninitialised."""
+    return torch.full(shape, math.nan, **kw) if poison else torch.empty(shape, **kw)
+
+
+def input_fields(q, k, v, g, beta, A_log, dt_bias, scale: float, flags: dict) -> tuple[tuple, dict]:
+    """The inputs' part of an argument block (``FwdArgs`` and ``sm90_v2.Intra64Args`` name these fields alike): the
+    tensors the pointers address (contiguous, A_log / dt_bias flattened to fp32; the caller keeps them alive over the
+    call) and the fields, with the scale and chunk_kda's flags as the kernels read them."""
+    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
+    a_log = A_log.reshape(-1).float().contiguous() if A_log is not None else None
+    bias = dt_bias.reshape(-1).float().contiguous() if dt_bias is not None else None
+    lower_bound = flags["lower_bound"]
+    fields = dict(
+        q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta), A_log=_ptr(a_log), dt_bias=_ptr(bias),
+        scale=scale, lower_bound=lower_bound if lower_bound is not None else 0.0,
+        beta_scale=2.0 if flags["allow_neg_eigval"] else 1.0, gate=gate_mode(flags["use_gate_in_kernel"], lower_bound),
+        l2norm=int(flags["use_qk_l2norm_in_kernel"]), beta_sigmoid=int(flags["use_beta_sigmoid_in_kernel"]),
+        g_fp32=int(g.dtype == torch.float32), beta_fp32=int(beta.dtype == torch.float32),
+    )
+    return (q, k, v, g, beta, a_log, bias), fields
+
+
 class FwdOut(NamedTuple):
     o: torch.Tensor                    # [B, T, HV, V] bf16
     final_state: torch.Tensor | None   # [N, HV, K, V] fp32 ([N, HV, V, K] V-first)
@@ -166,31 +189,21 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
     plan = plan_chunks(B, T, BT, dev, p.seqlens_cpu, cu_seqlens)
     NT = plan.NT
     bf16 = dict(device=dev, dtype=torch.bfloat16)
-    fill = torch.full if poison_workspace else (lambda shape, _value, **kw: torch.empty(shape, **kw))
-    qg, kg, w, u = (fill((HV, NT, BT, D), math.nan, **bf16) for _ in range(4))
-    aqk = fill((HV, NT, BT, BT), math.nan, **bf16)
-    decay = fill((HV, NT, D), math.nan, device=dev, dtype=torch.float32)
+    qg, kg, w, u = (buffer((HV, NT, BT, D), poison_workspace, **bf16) for _ in range(4))
+    aqk = buffer((HV, NT, BT, BT), poison_workspace, **bf16)
+    decay = buffer((HV, NT, D), poison_workspace, device=dev, dtype=torch.float32)
     o = torch.empty_like(v) if out is None else out
     ht = None
     if flags["output_final_state"]:
         ht = torch.empty(p.N, HV, D, D, device=dev, dtype=torch.float32) if final_state is None else final_state
-    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
-    a_log = A_log.reshape(-1).float().contiguous() if A_log is not None else None
-    bias = dt_bias.reshape(-1).float().contiguous() if dt_bias is not None else None
+    keep, fields = input_fields(q, k, v, g, beta, A_log, dt_bias, p.scale, flags)  # keep: alive over the launch
     h0 = initial_state.contiguous() if initial_state is not None else None
-    lower_bound = flags["lower_bound"]
     wg = state_wgmma(dev)
     args = FwdArgs(
-        q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta), A_log=_ptr(a_log), dt_bias=_ptr(bias),
-        h0=_ptr(h0), cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices),
+        **fields, h0=_ptr(h0), cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices),
         chunk_offsets=_ptr(plan.chunk_offsets), o=_ptr(o), ht=_ptr(ht),
         qg=_ptr(qg), kg=_ptr(kg), w=_ptr(w), u=_ptr(u), aqk=_ptr(aqk), decay=_ptr(decay),
-        N=p.N, TT=B * T, NT=NT, H=p.H, HV=HV, K=p.K, V=V, scale=p.scale,
-        lower_bound=lower_bound if lower_bound is not None else 0.0,
-        beta_scale=2.0 if flags["allow_neg_eigval"] else 1.0,
-        gate=gate_mode(flags["use_gate_in_kernel"], lower_bound),
-        l2norm=int(flags["use_qk_l2norm_in_kernel"]), beta_sigmoid=int(flags["use_beta_sigmoid_in_kernel"]),
-        g_fp32=int(g.dtype == torch.float32), beta_fp32=int(beta.dtype == torch.float32), v_first=int(p.state_v_first),
+        N=p.N, TT=B * T, NT=NT, H=p.H, HV=HV, K=p.K, V=V, v_first=int(p.state_v_first),
         block_v=64 if wg else block_v(p.N, HV, dev), state_wgmma=int(wg),
     )
     with torch.cuda.device(dev):

@@ -10,7 +10,6 @@ Off by default until it beats ``sm90``: with the switch unset it declines every 
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 
 import torch
@@ -19,7 +18,6 @@ from cuda_fast import sm90
 from cuda_fast.library import compiled_backend, entry_for
 from cuda_fast.library import data_ptr as _ptr
 from triton_kda.chunk_fwd import plan_chunks
-from triton_kda.gate import gate_mode
 from triton_kda.wy import IntraOut
 
 NAME = "sm90_v2"
@@ -82,26 +80,17 @@ def intra64_fwd(q, k, v, g, beta, A_log, dt_bias, scale: float, plan, flags: dic
     dev = q.device
     lib = entry_for(dev, "kda_intra64_fwd", Intra64Args)
     TT = B * T
-    new = torch.full if poison else (lambda shape, _value, **kw: torch.empty(shape, **kw))
     bf16 = dict(device=dev, dtype=torch.bfloat16)
-    out = IntraOut(Aqk=new((TT, HV, BT), math.nan, **bf16), w=new((TT, HV, K), math.nan, **bf16),
-                   u=new((TT, HV, V), math.nan, **bf16), qg=new((TT, HV, K), math.nan, **bf16),
-                   kg=new((TT, HV, K), math.nan, **bf16),
-                   gl=new((plan.NT, HV, K), math.nan, device=dev, dtype=torch.float32),
+    out = IntraOut(Aqk=sm90.buffer((TT, HV, BT), poison, **bf16), w=sm90.buffer((TT, HV, K), poison, **bf16),
+                   u=sm90.buffer((TT, HV, V), poison, **bf16), qg=sm90.buffer((TT, HV, K), poison, **bf16),
+                   kg=sm90.buffer((TT, HV, K), poison, **bf16),
+                   gl=sm90.buffer((plan.NT, HV, K), poison, device=dev, dtype=torch.float32),
                    rstd_q=None, rstd_k=None, beta=None, Akk=None, rs=torch.empty(0, HV, device=dev))
-    q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
-    a_log = A_log.reshape(-1).float().contiguous() if A_log is not None else None
-    bias = dt_bias.reshape(-1).float().contiguous() if dt_bias is not None else None
-    lower_bound = flags["lower_bound"]
+    keep, fields = sm90.input_fields(q, k, v, g, beta, A_log, dt_bias, scale, flags)  # keep: alive over the launch
     args = Intra64Args(
-        q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta), A_log=_ptr(a_log), dt_bias=_ptr(bias),
-        cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices), qg=_ptr(out.qg), kg=_ptr(out.kg),
-        w=_ptr(out.w), u=_ptr(out.u), aqk=_ptr(out.Aqk), gl=_ptr(out.gl), TT=TT, NT=plan.NT, H=H, HV=HV, K=K, V=V,
-        scale=scale, lower_bound=lower_bound if lower_bound is not None else 0.0,
-        beta_scale=2.0 if flags["allow_neg_eigval"] else 1.0,
-        gate=gate_mode(flags["use_gate_in_kernel"], lower_bound), l2norm=int(flags["use_qk_l2norm_in_kernel"]),
-        beta_sigmoid=int(flags["use_beta_sigmoid_in_kernel"]), g_fp32=int(g.dtype == torch.float32),
-        beta_fp32=int(beta.dtype == torch.float32),
+        **fields, cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices), qg=_ptr(out.qg),
+        kg=_ptr(out.kg), w=_ptr(out.w), u=_ptr(out.u), aqk=_ptr(out.Aqk), gl=_ptr(out.gl), TT=TT, NT=plan.NT, H=H,
+        HV=HV, K=K, V=V,
     )
     with torch.cuda.device(dev):
         lib(args, torch.cuda.current_stream(dev).cuda_stream)

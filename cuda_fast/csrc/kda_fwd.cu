@@ -276,6 +276,15 @@ __device__ __forceinline__ void unit_lower_inverse_column(const float* L, int c,
     }
 }
 
+// one 16-column step of w and u: cw += fa fx, cu += fa fv (fx, fv: B fragments of two 8-column tiles each)
+__device__ __forceinline__ void wu_mma(float (&cw)[2][4], float (&cu)[2][4], const uint32_t fa[4], const uint32_t fx[4],
+                                       const uint32_t fv[4]) {
+    mma(cw[0], fa, fx[0], fx[1]);
+    mma(cw[1], fa, fx[2], fx[3]);
+    mma(cu[0], fa, fv[0], fv[1]);
+    mma(cu[1], fa, fv[2], fv[3]);
+}
+
 // two 16 x 8 accumulator tiles as the bf16 registers `store_tile` takes
 __device__ __forceinline__ void pack_tile(const float (&c)[2][4], uint32_t (&o)[4]) {
     o[0] = pack_bf16(c[0][0], c[0][1]);
@@ -468,10 +477,7 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
             ldsm_x4_t(fx, sx + swz(r, c));
             ldsm_x4_t(fv, sv + swz(r, c));
             float cw[2][4] = {}, cu[2][4] = {};
-            mma(cw[0], fa, fx[0], fx[1]);
-            mma(cw[1], fa, fx[2], fx[3]);
-            mma(cu[0], fa, fv[0], fv[1]);
-            mma(cu[1], fa, fv[2], fv[3]);
+            wu_mma(cw, cu, fa, fx, fv);
             uint32_t ow[4], ou[4];
             pack_tile(cw, ow);
             pack_tile(cu, ou);
@@ -1389,7 +1395,7 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
             for (int e = 0; e < 4; ++e) lo[(gi + (e >> 1) * 8) * LPAD + n * 8 + gj + (e & 1)] = lt[n][e];
         }
     }
-    float ld_[2][4];
+    float ldiag[2][4];
     {
         float aqk[2][4] = {}, lkk[2][4] = {};
         products(warp, aqk, lkk);
@@ -1406,7 +1412,7 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
                 }
             }
         }
-        finish(warp, aqk, lkk, ld_);
+        finish(warp, aqk, lkk, ldiag);
     }
     for (int J = warp + 1; J < 4; ++J) {
         const uint32_t zero[4] = {0u, 0u, 0u, 0u};
@@ -1418,7 +1424,7 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sLd[(gi + (e >> 1) * 8) * LPAD + n * 8 + gj + (e & 1)] = ld_[n][e];
+        for (int e = 0; e < 4; ++e) sLd[(gi + (e >> 1) * 8) * LPAD + n * 8 + gj + (e & 1)] = ldiag[n][e];
     }
     rows_async<false>(sv, a.v, nullptr, nullptr, t0, r0, nvalid, a.HV, hv, lane);
     cp_async_commit();
@@ -1491,10 +1497,7 @@ __global__ void __launch_bounds__(128, KDA_I64_MIN_BLOCKS) kda_intra64_fwd_kerne
                     ldsm_x4(fa, tile_a(sA + r0 * TPAD, TPAD, J * BT, lane));
                     ldsm_x4_t(fx, sq + swz(J * BT + r, c));
                     ldsm_x4_t(fv, sv + swz(J * BT + r, c));
-                    mma(cw[0], fa, fx[0], fx[1]);
-                    mma(cw[1], fa, fx[2], fx[3]);
-                    mma(cu[0], fa, fv[0], fv[1]);
-                    mma(cu[1], fa, fv[2], fv[3]);
+                    wu_mma(cw, cu, fa, fx, fv);
                 }
             }
             uint32_t ow[4], ou[4];
