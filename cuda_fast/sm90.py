@@ -31,6 +31,7 @@ OP = "chunk_kda_fwd"
 ENV_SWITCH = "TRITON_KDA_SM90"
 BLOCK_V_ENV = "TRITON_KDA_SM90_BLOCK_V"
 STATE_ENV = "TRITON_KDA_SM90_STATE"  # "mma": the recurrence on mma.sync where wgmma is the default (cc 9.0)
+PIECES_ENV = "TRITON_KDA_SM90_PIECES"  # pieces of the pipelined forward (`pieces`); 1: the two launches in turn
 BT = 16
 D = 128
 
@@ -41,11 +42,12 @@ class FwdArgs(ctypes.Structure):
     _fields_ = [
         *((name, ctypes.c_void_p) for name in (
             "q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0", "cu_seqlens", "chunk_indices", "chunk_offsets",
-            "o", "ht", "qg", "kg", "w", "u", "aqk", "decay")),
+            "o", "ht", "qg", "kg", "w", "u", "aqk", "decay", "hs")),
         *((name, ctypes.c_int64) for name in ("N", "TT", "NT", "H", "HV", "K", "V")),
         *((name, ctypes.c_float) for name in ("scale", "lower_bound", "beta_scale")),
         *((name, ctypes.c_int32) for name in (
-            "gate", "l2norm", "beta_sigmoid", "g_fp32", "beta_fp32", "v_first", "block_v", "state_wgmma")),
+            "gate", "l2norm", "beta_sigmoid", "g_fp32", "beta_fp32", "v_first", "block_v", "state_wgmma", "pieces",
+            "piece")),
     ]
 
 
@@ -136,6 +138,39 @@ def block_v(N: int, HV: int, device: torch.device) -> int:
     return 64 if N * HV * (D // 64) >= sm_count(device) else 32
 
 
+def pieces(lens: tuple, HV: int, wgmma: bool, sms: int) -> int:
+    """Pieces of the pipelined forward: each sequence's 16-token chunks cut into this many pieces, the recurrence over
+    piece p on a second stream beside the intra stage over piece p + 1 (`kda_fwd` in kda_fwd.cu); outputs bit-identical
+    to one piece. Sequences of one length on the wgmma recurrence only; ``TRITON_KDA_SM90_PIECES`` overrides; never
+    more pieces than chunks. By default, with C = N HV D / 64 recurrence CTAs: 2 pieces where C <= SMs / 2 (the intra
+    stage beside the recurrence keeps whole SMs) over N HV T >= 2^17 token-heads (each piece boundary costs the
+    recurrence's chain a launch, a state reload and a prologue, about 9 us), 3 where SMs / 2 < C <= SMs over >= 2^19;
+    else 1 (with more CTAs than SMs the pieces only add boundaries). H200, bf16 Kimi flags, no_grad, h0 / ht, medians
+    of 3-5 alternating timings (docs/benchmarks/runs/2026-11-29_pieces): 2 pieces B1 T8192 H32 539 -> 485.5 us, B1
+    T8192 H16 421 -> 400; 3 pieces B2 T8192 H32 771 -> 752, B2 T8192 H16 HV32 761 -> 734; one piece kept B1 T8192 H8
+    (355 / 360 at 1 / 2), B1 T8192 H96 (1095 / 1084 / 1085 at 1 / 2 / 3, within the noise), B2 T8192 H64, B4 T4096
+    H32 and B8 T2048 H32 (2 pieces 4-8% slower there); the T = 4096 rows' times vary call to call by more than their
+    differences."""
+    forced = os.environ.get(PIECES_ENV, "").strip()
+    if forced and not (forced.isdigit() and 1 <= int(forced) <= MAX_PIECES):
+        raise ValueError(f"{PIECES_ENV} must be an integer from 1 to {MAX_PIECES}, got {forced!r}")
+    if not wgmma or not lens or min(lens) != max(lens):
+        return 1
+    ctas, work = len(lens) * HV * (D // 64), len(lens) * HV * lens[0]
+    if forced:
+        P = int(forced)
+    elif 2 * ctas <= sms and work >= 1 << 17:
+        P = 2
+    elif ctas <= sms and work >= 1 << 19:
+        P = 3
+    else:
+        P = 1
+    return max(1, min(P, -(-lens[0] // BT)))
+
+
+MAX_PIECES = 32  # kda_fwd.cu's MAX_PIECES
+
+
 class Workspace(NamedTuple):
     """The intra stage's outputs, chunk-padded and head-major (rows past a sequence end are zero); NT counts
     16-token chunks (``triton_kda.chunk_fwd.plan_chunks`` with BT = 16)."""
@@ -199,12 +234,14 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
     keep, fields = input_fields(q, k, v, g, beta, A_log, dt_bias, p.scale, flags)  # keep: alive over the launch
     h0 = initial_state.contiguous() if initial_state is not None else None
     wg = state_wgmma(dev)
+    P = pieces(plan.lens, HV, wg, sm_count(dev))
+    hs = torch.empty(p.N, HV, D, D, device=dev, dtype=torch.float32) if P > 1 else None
     args = FwdArgs(
         **fields, h0=_ptr(h0), cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices),
         chunk_offsets=_ptr(plan.chunk_offsets), o=_ptr(o), ht=_ptr(ht),
-        qg=_ptr(qg), kg=_ptr(kg), w=_ptr(w), u=_ptr(u), aqk=_ptr(aqk), decay=_ptr(decay),
+        qg=_ptr(qg), kg=_ptr(kg), w=_ptr(w), u=_ptr(u), aqk=_ptr(aqk), decay=_ptr(decay), hs=_ptr(hs),
         N=p.N, TT=B * T, NT=NT, H=p.H, HV=HV, K=p.K, V=V, v_first=int(p.state_v_first),
-        block_v=64 if wg else block_v(p.N, HV, dev), state_wgmma=int(wg),
+        block_v=64 if wg else block_v(p.N, HV, dev), state_wgmma=int(wg), pieces=P, piece=0,
     )
     with torch.cuda.device(dev):
         lib(args, torch.cuda.current_stream(dev).cuda_stream)

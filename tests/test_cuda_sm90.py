@@ -317,6 +317,85 @@ def test_split_beats_wgmma_rule(lens, faster):
     assert sm90._split_beats_wgmma(lens) is faster
 
 
+@pytest.mark.parametrize("lens, HV, wgmma, forced, P", [
+    ((8192,), 32, True, "", 2), ((4096,) * 2, 16, True, "", 2), ((4096,), 16, True, "", 1),
+    ((8192,) * 2, 32, True, "", 3), ((4096,) * 2, 32, True, "", 1), ((8192,), 96, True, "", 1),
+    ((2048,) * 8, 32, True, "", 1), ((8192,) * 2, 32, True, "4", 4), ((40,), 1, True, "8", 3),
+    ((8192, 4096), 16, True, "4", 1), ((8192,), 32, False, "4", 1), ((), 4, True, "4", 1), ((8192,), 32, True, "1", 1),
+], ids=["B1-H32", "B2-T4096-H16", "B1-T4096-H16-little-work", "B2-H32", "B2-T4096-H32-little-work", "B1-H96-many-ctas",
+        "B8-T2048-H32-many-ctas", "forced", "at-most-the-chunks", "unequal-lengths", "mma-recurrence", "no-seqs",
+        "forced-one"])
+def test_pieces_rule(lens, HV, wgmma, forced, P, monkeypatch):
+    """The pipelined forward's piece count (132 SMs): 2 where the recurrence's CTAs take at most half the SMs, 3 where
+    they take at most all, over enough work; sequences of one length on the wgmma recurrence only, never more pieces
+    than chunks."""
+    monkeypatch.setenv(sm90.PIECES_ENV, forced)
+    assert sm90.pieces(lens, HV, wgmma, 132) == P
+
+
+@pytest.mark.parametrize("forced", ["0", "33", "four", "-2"])
+def test_pieces_env_rejects_bad_values(forced, monkeypatch):
+    monkeypatch.setenv(sm90.PIECES_ENV, forced)
+    with pytest.raises(ValueError, match=f"{sm90.PIECES_ENV} must be an integer from 1 to 32, got"):
+        sm90.pieces((8192,), 32, True, 132)
+
+
+PIECE_CASES = [0, 3, 4, 6]  # equal-length CASES: h0, pre-gated without h0, the exact path, negative eigenvalues
+
+
+@pytest.mark.gpu
+@needs_target
+@pytest.mark.parametrize("P", [2, 5, 32], ids=["P2", "P5", "P32"])
+@pytest.mark.parametrize("case", [CASES[i] for i in PIECE_CASES], ids=[CASE_IDS[i] for i in PIECE_CASES])
+def test_pieces_match_one_piece_bit_for_bit(case, P, monkeypatch):
+    """The pipelined forward (the recurrence over piece p on a second stream beside the intra stage over piece p + 1,
+    the state between pieces in fp32) gives the one-piece forward's bits, poisoned outputs all written; P = 32 is
+    more pieces than these sequences have chunks (one chunk a piece)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the pipelined forward runs the wgmma recurrence of the sm_90a library")
+    d = _case_inputs(case)
+    monkeypatch.setenv(sm90.PIECES_ENV, "1")
+    base = _run(d)
+    monkeypatch.setenv(sm90.PIECES_ENV, str(P))
+    out = _run(d, **_poisoned(d))
+    assert torch.equal(out.o, base.o)
+    assert torch.equal(out.final_state, base.final_state)
+    ref_o, ref_ht = kda_recurrent(**d)
+    assert_close("o", out.o, ref_o, 5e-3)
+    assert_close("final_state", out.final_state, ref_ht, 5e-3)
+
+
+@pytest.mark.gpu
+@needs_target
+def test_pieces_under_cuda_graph_capture(monkeypatch):
+    """The pipelined forward captured in a CUDA graph (its second stream joins the capture through events): replays
+    on new inputs give the eager forward's bits."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the pipelined forward runs the wgmma recurrence of the sm_90a library")
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv(sm90.PIECES_ENV, "4")
+    d = _case_inputs(CASES[0])
+    names = [name for name, t in d.items() if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            chunk_kda(**d)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            o, ht = chunk_kda(**d)
+        assert backends.backend_report()[-1].name == "sm90"
+        for seed in (1, 2):
+            e = _case_inputs(CASES[0], seed=seed)
+            for name in names:
+                d[name].copy_(e[name])
+            graph.replay()
+            ref_o, ref_ht = chunk_kda(**e)
+            torch.cuda.synchronize()
+            assert torch.equal(o, ref_o) and torch.equal(ht, ref_ht)
+
+
 @pytest.mark.gpu
 @needs_target
 def test_verifier_leaves_few_long_sequences_to_triton(monkeypatch):

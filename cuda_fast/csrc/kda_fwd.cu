@@ -14,6 +14,8 @@
 // Intermediates live in chunk-padded, head-major workspaces ([HV, NT, 16, 128]); rows past a sequence end are zero.
 // A third kernel, kda_state64_fwd_kernel (entry point kda_state64_fwd, sm_90a; backend sm90_v2, opt-in), walks the
 // recurrence over 64-token chunks on wgmma from the token-major outputs of Triton's intra forward.
+#include <mutex>
+
 #include "common.cuh"
 
 // the C ABI's argument block (mirrored by cuda_fast.sm90.FwdArgs)
@@ -37,12 +39,24 @@ struct FwdArgs {
     __nv_bfloat16* u;             // workspace [HV, NT, 16, V]
     __nv_bfloat16* aqk;           // workspace [HV, NT, 16, 16]
     float* decay;                 // workspace [HV, NT, K]
+    float* hs;                    // [N, HV, K, V] the state between pieces (pieces > 1), else null
     int64_t N, TT, NT, H, HV, K, V;
     float scale, lower_bound, beta_scale;
     int32_t gate;                 // 0: g is the log decay; 1: -exp(A_log) softplus(g + dt_bias); 2: lb sigmoid(...)
     int32_t l2norm, beta_sigmoid, g_fp32, beta_fp32, v_first, block_v;
     int32_t state_wgmma;          // 1: the recurrence on wgmma (`kda_state_fwd_wgmma_kernel`, block_v 64)
+    int32_t pieces;               // > 1: each sequence's chunks in that many pieces, the recurrence over piece p beside
+                                  // the intra stage over piece p + 1 (equal-length sequences, wgmma; `kda_fwd`)
+    int32_t piece;                // the piece a launch covers (set by `kda_fwd`)
 };
+
+// The chunks [lo, hi) of a sequence of nch chunks that piece p of P covers: local chunk j is in piece j P / nch.
+struct PieceRange {
+    int64_t lo, hi;
+};
+__host__ __device__ inline PieceRange piece_range(int64_t nch, int p, int P) {
+    return {(p * nch + P - 1) / P, ((p + 1) * nch + P - 1) / P};
+}
 
 // the argument block of kda_state64_fwd (mirrored by cuda_fast.sm90_v2.State64Args): the recurrence over 64-token
 // chunks on the intra stage's token-major outputs (triton_kda.wy.IntraOut of Triton's intra forward, BT = 64)
@@ -303,8 +317,16 @@ template <int GATE, bool G_F32>
 __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fwd_kernel(const FwdArgs a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t ci = static_cast<int64_t>(blockIdx.x) * K1_WARPS + warp;
-    if (ci >= a.NT) return;  // warp-uniform; kernel 1 synchronises warps only
+    int64_t ci = static_cast<int64_t>(blockIdx.x) * K1_WARPS + warp;
+    if (a.pieces > 1) {  // equal-length sequences: the cnt chunks of piece `piece` in each, sequence-major
+        const int64_t nch = a.NT / a.N;
+        const PieceRange r = piece_range(nch, a.piece, a.pieces);
+        const int64_t cnt = r.hi - r.lo;
+        if (ci >= a.N * cnt) return;
+        ci = (ci / cnt) * nch + r.lo + ci % cnt;
+    } else if (ci >= a.NT) {
+        return;  // warp-uniform; kernel 1 synchronises warps only
+    }
     const int64_t hv = blockIdx.y;
     const int64_t h = hv / (a.HV / a.H);
     const int64_t seq = a.chunk_indices[2 * ci], local = a.chunk_indices[2 * ci + 1];
@@ -775,7 +797,9 @@ __global__ void __launch_bounds__(128, KDA_K2W_MIN_BLOCKS) kda_state_fwd_wgmma_k
     const int64_t n = blockIdx.x / (D / BV), vb = blockIdx.x % (D / BV);
     const int64_t hv = blockIdx.y;
     const int64_t bos = a.cu_seqlens[n], len = a.cu_seqlens[n + 1] - bos;
-    const int64_t nch = (len + BT - 1) / BT, c_first = a.chunk_offsets[n];
+    const int64_t c_first = a.chunk_offsets[n];
+    const PieceRange range = piece_range((len + BT - 1) / BT, a.pieces > 1 ? a.piece : 0, a.pieces > 1 ? a.pieces : 1);
+    const int64_t lo = range.lo, hi = range.hi;  // the chunks of this launch
 
     auto stage_ptr = [&](int st) { return smem + st * W_STAGE; };
     // Each thread's 16-byte pieces of a stage sit at the same offsets in every chunk (only the tile's base moves):
@@ -829,7 +853,7 @@ __global__ void __launch_bounds__(128, KDA_K2W_MIN_BLOCKS) kda_state_fwd_wgmma_k
 
 #pragma unroll
     for (int st = 0; st < K2_STAGES - 1; ++st) {
-        if (st < nch) load_stage(st, st);
+        if (lo + st < hi) load_stage(lo + st, st);
         cp_async_commit();
     }
     __nv_bfloat16* so = reinterpret_cast<__nv_bfloat16*>(stage_ptr(K2_STAGES));  // [16, UPAD] output tile
@@ -837,13 +861,15 @@ __global__ void __launch_bounds__(128, KDA_K2W_MIN_BLOCKS) kda_state_fwd_wgmma_k
     const uint64_t d_wq0 = smem_desc_sw128(smem, 16, 1024), d_kg0 = smem_desc_sw128(smem + W_WQ, 2048, 1024),
                    d_aq0 = smem_desc(smem + W_WQ + W_KG, 128, 256);
 
-    for (int64_t c = 0; c < nch; ++c) {
+    for (int64_t c = lo; c < hi; ++c) {
         cp_async_wait<K2_STAGES - 2>();
         fence_async_smem();  // the cp.async writes (generic proxy) before wgmma reads them (async proxy)
         __syncthreads();
-        if (c + K2_STAGES - 1 < nch) load_stage(c + K2_STAGES - 1, static_cast<int>((c + K2_STAGES - 1) % K2_STAGES));
+        if (c + K2_STAGES - 1 < hi) {
+            load_stage(c + K2_STAGES - 1, static_cast<int>((c - lo + K2_STAGES - 1) % K2_STAGES));
+        }
         cp_async_commit();
-        const int st = static_cast<int>(c % K2_STAGES);
+        const int st = static_cast<int>((c - lo) % K2_STAGES);
         const unsigned char* base = stage_ptr(st);
         const __nv_bfloat16* su = reinterpret_cast<const __nv_bfloat16*>(base + W_WQ + W_KG + W_AQK);
         const float* sdec = reinterpret_cast<const float*>(base + W_WQ + W_KG + W_AQK + W_U);
@@ -1522,6 +1548,129 @@ constexpr int k2_smem_bytes() { return K2_STAGES * K2_STAGE_BYTES + BT * (BV + 8
 // host side: validation (nothing reaches a kernel unless every pointer is device memory of the current device,
 // aligned, and every size fits the grids), then the two launches on the caller's stream
 
+// The intra stage over every chunk (pieces <= 1) or over piece a.piece of each sequence's chunks.
+static cudaError_t launch_intra(const FwdArgs& a, int64_t blocks, cudaStream_t s, char* msg, int len) {
+    void (*intra)(const FwdArgs) = nullptr;
+    if (a.gate == 0) intra = a.g_fp32 ? kda_intra_fwd_kernel<0, true> : kda_intra_fwd_kernel<0, false>;
+    else if (a.gate == 1) intra = a.g_fp32 ? kda_intra_fwd_kernel<1, true> : kda_intra_fwd_kernel<1, false>;
+    else intra = a.g_fp32 ? kda_intra_fwd_kernel<2, true> : kda_intra_fwd_kernel<2, false>;
+    const int smem = K1_WARPS * K1_WARP_BYTES;
+    cudaError_t e = cudaFuncSetAttribute(intra, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) {
+        snprintf(msg, len, "kda_fwd: cudaFuncSetAttribute(intra, %d B): %s", smem, cudaGetErrorString(e));
+        return e;
+    }
+    intra<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(a.HV)), K1_WARPS * 32, smem, s>>>(a);
+    if ((e = cudaGetLastError()) != cudaSuccess) snprintf(msg, len, "kda_fwd: intra launch: %s", cudaGetErrorString(e));
+    return e;
+}
+
+// The recurrence over every chunk (pieces <= 1) or over piece a.piece (h0 -> ht: the state before and after it).
+static cudaError_t launch_state(const FwdArgs& a, cudaStream_t s, char* msg, int len) {
+    const dim3 grid(static_cast<unsigned>(a.N * (D / a.block_v)), static_cast<unsigned>(a.HV));
+    cudaError_t e;
+    if (a.state_wgmma) {
+#if defined(__CUDA_ARCH_LIST__) && __CUDA_ARCH_LIST__ == 900
+        const int smem = k2_wgmma_smem_bytes();
+        e = cudaFuncSetAttribute(kda_state_fwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e == cudaSuccess) {
+            kda_state_fwd_wgmma_kernel<<<grid, 128, smem, s>>>(a);
+            e = cudaGetLastError();
+        }
+#else
+        snprintf(msg, len, "kda_fwd: the wgmma recurrence is in the sm_90a library only");
+        return cudaErrorNotSupported;
+#endif
+    } else if (a.block_v == 64) {
+        const int smem = k2_smem_bytes<64>();
+        e = cudaFuncSetAttribute(kda_state_fwd_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e == cudaSuccess) {
+            kda_state_fwd_kernel<64><<<grid, 128, smem, s>>>(a);
+            e = cudaGetLastError();
+        }
+    } else {
+        const int smem = k2_smem_bytes<32>();
+        e = cudaFuncSetAttribute(kda_state_fwd_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e == cudaSuccess) {
+            kda_state_fwd_kernel<32><<<grid, 64, smem, s>>>(a);
+            e = cudaGetLastError();
+        }
+    }
+    if (e != cudaSuccess) snprintf(msg, len, "kda_fwd: state launch: %s", cudaGetErrorString(e));
+    return e;
+}
+
+// The pieces' second stream and events, one set per device, made on first use and kept for the process; the mutex
+// keeps two host threads from interleaving records of the same events.
+constexpr int MAX_PIECES = 32;
+struct PieceStreams {
+    cudaStream_t side = nullptr;
+    cudaEvent_t fork = nullptr, join = nullptr, ready[MAX_PIECES] = {};
+};
+static std::mutex g_piece_mutex;
+static PieceStreams g_piece_streams[64];
+
+static cudaError_t piece_streams(PieceStreams** out) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    PieceStreams& ps = g_piece_streams[dev];
+    if (ps.side == nullptr) {
+        int least = 0, greatest = 0;
+        if ((e = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess) return e;
+        // the recurrence's stream at the greatest priority: its CTAs go first when intra CTAs leave an SM
+        if ((e = cudaEventCreateWithFlags(&ps.fork, cudaEventDisableTiming)) != cudaSuccess) return e;
+        if ((e = cudaEventCreateWithFlags(&ps.join, cudaEventDisableTiming)) != cudaSuccess) return e;
+        for (int p = 0; p < MAX_PIECES; ++p) {
+            if ((e = cudaEventCreateWithFlags(&ps.ready[p], cudaEventDisableTiming)) != cudaSuccess) return e;
+        }
+        if ((e = cudaStreamCreateWithPriority(&ps.side, cudaStreamNonBlocking, greatest)) != cudaSuccess) return e;
+    }
+    *out = &ps;
+    return cudaSuccess;
+}
+
+// pieces > 1: the intra stage over piece p on the caller's stream s, the recurrence over piece p on the second stream
+// once it is written, beside the intra stage over piece p + 1; the state between pieces in a.hs, in place (a CTA reads
+// and writes its own columns). s waits for the last piece: what follows on s, freeing the workspace included, comes
+// after the recurrence (also under CUDA-graph capture: the records and waits become the graph's edges).
+static int launch_pieces(const FwdArgs& a, cudaStream_t s, char* err, int errlen) {
+    char msg[512];
+    std::lock_guard<std::mutex> lock(g_piece_mutex);
+    PieceStreams* ps = nullptr;
+    cudaError_t e = piece_streams(&ps);
+    if (e != cudaSuccess) {
+        snprintf(msg, sizeof msg, "kda_fwd: the pieces' stream and events: %s", cudaGetErrorString(e));
+        return fail(err, errlen, msg);
+    }
+    if ((e = cudaEventRecord(ps->fork, s)) != cudaSuccess || (e = cudaStreamWaitEvent(ps->side, ps->fork, 0)) != cudaSuccess) {
+        snprintf(msg, sizeof msg, "kda_fwd: fork: %s", cudaGetErrorString(e));
+        return fail(err, errlen, msg);
+    }
+    const int64_t nch = a.NT / a.N;
+    for (int p = 0; p < a.pieces; ++p) {
+        FwdArgs ap = a;
+        ap.piece = p;
+        ap.h0 = p == 0 ? a.h0 : a.hs;
+        ap.ht = p == a.pieces - 1 ? a.ht : a.hs;
+        const PieceRange r = piece_range(nch, p, a.pieces);
+        const int64_t blocks = (a.N * (r.hi - r.lo) + K1_WARPS - 1) / K1_WARPS;
+        if (blocks > 0 && launch_intra(ap, blocks, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
+        if ((e = cudaEventRecord(ps->ready[p], s)) != cudaSuccess ||
+            (e = cudaStreamWaitEvent(ps->side, ps->ready[p], 0)) != cudaSuccess) {
+            snprintf(msg, sizeof msg, "kda_fwd: piece %d ready: %s", p, cudaGetErrorString(e));
+            return fail(err, errlen, msg);
+        }
+        if (launch_state(ap, ps->side, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
+    }
+    if ((e = cudaEventRecord(ps->join, ps->side)) != cudaSuccess || (e = cudaStreamWaitEvent(s, ps->join, 0)) != cudaSuccess) {
+        snprintf(msg, sizeof msg, "kda_fwd: join: %s", cudaGetErrorString(e));
+        return fail(err, errlen, msg);
+    }
+    return 0;
+}
+
 extern "C" int kda_fwd_args_size() { return static_cast<int>(sizeof(FwdArgs)); }
 
 extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen) {
@@ -1546,6 +1695,12 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
     if (a.gate == 1 && a.A_log == nullptr) return fail(err, errlen, "kda_fwd: the softplus gate needs A_log");
     const int64_t blocks1 = (a.NT + K1_WARPS - 1) / K1_WARPS, blocks2 = a.N * (D / a.block_v);
     if (blocks1 > 0x7fffffffLL || blocks2 > 0x7fffffffLL) return fail(err, errlen, "kda_fwd: grid too large");
+    if (a.pieces > 1 && (a.pieces > MAX_PIECES || !a.state_wgmma || a.hs == nullptr || a.NT % a.N != 0)) {
+        snprintf(msg, sizeof msg, "kda_fwd: pieces=%d needs pieces <= %d, the wgmma recurrence, the state buffer hs "
+                 "and sequences of equal length (NT=%lld, N=%lld)", a.pieces, MAX_PIECES, (long long)a.NT,
+                 (long long)a.N);
+        return fail(err, errlen, msg);
+    }
     if (a.TT == 0) return 0;
 
     const Ptr ptrs[] = {
@@ -1555,60 +1710,17 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
         {a.chunk_indices, "chunk_indices", 8, true}, {a.chunk_offsets, "chunk_offsets", 8, true},
         {a.o, "o", 16, true}, {a.ht, "final_state", 4, false}, {a.qg, "qg", 16, true}, {a.kg, "kg", 16, true},
         {a.w, "w", 16, true}, {a.u, "u", 16, true}, {a.aqk, "aqk", 16, true}, {a.decay, "decay", 16, true},
+        {a.hs, "hs", 16, false},
     };
     if (check_pointers("kda_fwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
 
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    cudaError_t e;
-    const int smem1 = K1_WARPS * K1_WARP_BYTES;
-    if (blocks1 > 0) {
-        void (*intra)(const FwdArgs) = nullptr;
-        if (a.gate == 0) intra = a.g_fp32 ? kda_intra_fwd_kernel<0, true> : kda_intra_fwd_kernel<0, false>;
-        else if (a.gate == 1) intra = a.g_fp32 ? kda_intra_fwd_kernel<1, true> : kda_intra_fwd_kernel<1, false>;
-        else intra = a.g_fp32 ? kda_intra_fwd_kernel<2, true> : kda_intra_fwd_kernel<2, false>;
-        if ((e = cudaFuncSetAttribute(intra, cudaFuncAttributeMaxDynamicSharedMemorySize, smem1)) != cudaSuccess) {
-            snprintf(msg, sizeof msg, "kda_fwd: cudaFuncSetAttribute(intra, %d B): %s", smem1, cudaGetErrorString(e));
-            return fail(err, errlen, msg);
-        }
-        intra<<<dim3(static_cast<unsigned>(blocks1), static_cast<unsigned>(a.HV)), K1_WARPS * 32, smem1, s>>>(a);
-        if ((e = cudaGetLastError()) != cudaSuccess) {
-            snprintf(msg, sizeof msg, "kda_fwd: intra launch: %s", cudaGetErrorString(e));
-            return fail(err, errlen, msg);
-        }
+    if (a.pieces <= 1) {
+        if (blocks1 > 0 && launch_intra(a, blocks1, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
+        if (launch_state(a, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
+        return 0;
     }
-    const dim3 grid2(static_cast<unsigned>(blocks2), static_cast<unsigned>(a.HV));
-    if (a.state_wgmma) {
-        if (a.block_v != 64) return fail(err, errlen, "kda_fwd: the wgmma recurrence takes block_v 64");
-#if defined(__CUDA_ARCH_LIST__) && __CUDA_ARCH_LIST__ == 900
-        const int smem2 = k2_wgmma_smem_bytes();
-        e = cudaFuncSetAttribute(kda_state_fwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2);
-        if (e == cudaSuccess) {
-            kda_state_fwd_wgmma_kernel<<<grid2, 128, smem2, s>>>(a);
-            e = cudaGetLastError();
-        }
-#else
-        return fail(err, errlen, "kda_fwd: the wgmma recurrence is in the sm_90a library only");
-#endif
-    } else if (a.block_v == 64) {
-        const int smem2 = k2_smem_bytes<64>();
-        e = cudaFuncSetAttribute(kda_state_fwd_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2);
-        if (e == cudaSuccess) {
-            kda_state_fwd_kernel<64><<<grid2, 128, smem2, s>>>(a);
-            e = cudaGetLastError();
-        }
-    } else {
-        const int smem2 = k2_smem_bytes<32>();
-        e = cudaFuncSetAttribute(kda_state_fwd_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2);
-        if (e == cudaSuccess) {
-            kda_state_fwd_kernel<32><<<grid2, 64, smem2, s>>>(a);
-            e = cudaGetLastError();
-        }
-    }
-    if (e != cudaSuccess) {
-        snprintf(msg, sizeof msg, "kda_fwd: state launch: %s", cudaGetErrorString(e));
-        return fail(err, errlen, msg);
-    }
-    return 0;
+    return launch_pieces(a, s, err, errlen);
 }
 
 #if defined(__CUDA_ARCH_LIST__) && __CUDA_ARCH_LIST__ == 900
