@@ -32,7 +32,6 @@ ENV_SWITCH = "TRITON_KDA_SM90"
 BLOCK_V_ENV = "TRITON_KDA_SM90_BLOCK_V"
 STATE_ENV = "TRITON_KDA_SM90_STATE"  # "mma": the recurrence on mma.sync where wgmma is the default (cc 9.0)
 PIECES_ENV = "TRITON_KDA_SM90_PIECES"  # pieces of the pipelined forward (`pieces`); 1: the two launches in turn
-SIDE_ENV = "TRITON_KDA_SM90_SIDE"  # "1": the two kernels side by side on per-chunk flags where allowed (`side_by_side`)
 BT = 16
 D = 128
 
@@ -43,7 +42,7 @@ class FwdArgs(ctypes.Structure):
     _fields_ = [
         *((name, ctypes.c_void_p) for name in (
             "q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0", "cu_seqlens", "chunk_indices", "chunk_offsets",
-            "o", "ht", "qg", "kg", "w", "u", "aqk", "decay", "hs", "ready")),
+            "o", "ht", "qg", "kg", "w", "u", "aqk", "decay", "hs")),
         *((name, ctypes.c_int64) for name in ("N", "TT", "NT", "H", "HV", "K", "V")),
         *((name, ctypes.c_float) for name in ("scale", "lower_bound", "beta_scale")),
         *((name, ctypes.c_int32) for name in (
@@ -172,18 +171,6 @@ def pieces(lens: tuple, HV: int, wgmma: bool, sms: int) -> int:
 MAX_PIECES = 32  # kda_fwd.cu's MAX_PIECES
 
 
-def side_by_side(lens: tuple, HV: int, wgmma: bool, sms: int) -> bool:
-    """Whether the intra kernel and the recurrence run at once, the recurrence reading each chunk once the intra kernel
-    has set its flag (`kda_fwd` in kda_fwd.cu): ``TRITON_KDA_SM90_SIDE=1``, where allowed: sequences of one length on
-    the wgmma recurrence with at most one recurrence CTA an SM (N HV D / 64 <= SMs: an SM always has room for an intra
-    CTA, so the waits end)."""
-    forced = os.environ.get(SIDE_ENV, "").strip()
-    if forced not in ("", "0", "1"):
-        raise ValueError(f"{SIDE_ENV} must be 0 or 1, got {forced!r}")
-    allowed = wgmma and bool(lens) and min(lens) == max(lens) and len(lens) * HV * (D // 64) <= sms
-    return allowed and forced == "1"
-
-
 class Workspace(NamedTuple):
     """The intra stage's outputs, chunk-padded and head-major (rows past a sequence end are zero); NT counts
     16-token chunks (``triton_kda.chunk_fwd.plan_chunks`` with BT = 16)."""
@@ -247,15 +234,12 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
     keep, fields = input_fields(q, k, v, g, beta, A_log, dt_bias, p.scale, flags)  # keep: alive over the launch
     h0 = initial_state.contiguous() if initial_state is not None else None
     wg = state_wgmma(dev)
-    side = side_by_side(plan.lens, HV, wg, sm_count(dev))
-    P = 1 if side else pieces(plan.lens, HV, wg, sm_count(dev))
+    P = pieces(plan.lens, HV, wg, sm_count(dev))
     hs = torch.empty(p.N, HV, D, D, device=dev, dtype=torch.float32) if P > 1 else None
-    ready = torch.zeros(HV * NT * 4, device=dev, dtype=torch.int32) if side else None
     args = FwdArgs(
         **fields, h0=_ptr(h0), cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices),
         chunk_offsets=_ptr(plan.chunk_offsets), o=_ptr(o), ht=_ptr(ht),
         qg=_ptr(qg), kg=_ptr(kg), w=_ptr(w), u=_ptr(u), aqk=_ptr(aqk), decay=_ptr(decay), hs=_ptr(hs),
-        ready=_ptr(ready),
         N=p.N, TT=B * T, NT=NT, H=p.H, HV=HV, K=p.K, V=V, v_first=int(p.state_v_first),
         block_v=64 if wg else block_v(p.N, HV, dev), state_wgmma=int(wg), pieces=P, piece=0,
     )

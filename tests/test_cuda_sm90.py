@@ -340,46 +340,26 @@ def test_pieces_env_rejects_bad_values(forced, monkeypatch):
         sm90.pieces((8192,), 32, True, 132)
 
 
-@pytest.mark.parametrize("lens, HV, wgmma, sms, forced, side", [
-    ((8192,), 32, True, 132, "1", True), ((8192,) * 2, 32, True, 132, "1", True), ((8192,), 96, True, 132, "1", False),
-    ((100, 200), 4, True, 132, "1", False), ((8192,), 32, False, 132, "1", False), ((8192,), 32, True, 132, "", False),
-], ids=["B1-H32", "B2-H32", "more-ctas-than-sms", "unequal-lengths", "mma-recurrence", "off-by-default"])
-def test_side_by_side_rule(lens, HV, wgmma, sms, forced, side, monkeypatch):
-    """The two kernels side by side on per-chunk flags: asked for, on sequences of one length with the wgmma
-    recurrence at most one CTA an SM (so an SM always has room for an intra CTA and the waits end)."""
-    monkeypatch.setenv(sm90.SIDE_ENV, forced)
-    assert sm90.side_by_side(lens, HV, wgmma, sms) is side
-
-
-def test_side_by_side_env_rejects_bad_values(monkeypatch):
-    monkeypatch.setenv(sm90.SIDE_ENV, "yes")
-    with pytest.raises(ValueError, match=f"{sm90.SIDE_ENV} must be 0 or 1, got 'yes'"):
-        sm90.side_by_side((8192,), 32, True, 132)
-
-
 PIECE_CASES = [0, 3, 4, 6]  # equal-length CASES: h0, pre-gated without h0, the exact path, negative eigenvalues
 
 
 @pytest.mark.gpu
 @needs_target
-@pytest.mark.parametrize("mode", ["2", "5", "32", "side"], ids=["P2", "P5", "P32", "side-by-side"])
+@pytest.mark.parametrize("P", [2, 5, 32], ids=["P2", "P5", "P32"])
 @pytest.mark.parametrize("case", [CASES[i] for i in PIECE_CASES], ids=[CASE_IDS[i] for i in PIECE_CASES])
-def test_pieces_match_one_piece_bit_for_bit(case, mode, monkeypatch):
+def test_pieces_match_one_piece_bit_for_bit(case, P, monkeypatch):
     """The pipelined forward (the recurrence over piece p on a second stream beside the intra stage over piece p + 1,
-    the state between pieces in fp32; or both kernels at once on per-chunk flags) gives the one-piece forward's bits,
-    poisoned outputs all written; P = 32 is more pieces than these sequences have chunks (one chunk a piece)."""
+    the state between pieces in fp32) gives the one-piece forward's bits, poisoned outputs all written; P = 32 is
+    more pieces than these sequences have chunks (one chunk a piece)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the pipelined forward runs the wgmma recurrence of the sm_90a library")
     d = _case_inputs(case)
     monkeypatch.setenv(sm90.PIECES_ENV, "1")
-    monkeypatch.setenv(sm90.SIDE_ENV, "0")
     base = _run(d)
-    monkeypatch.setenv(sm90.PIECES_ENV, "1" if mode == "side" else mode)
-    monkeypatch.setenv(sm90.SIDE_ENV, "1" if mode == "side" else "0")
-    for _ in range(3 if mode == "side" else 1):  # flags: the same bits on every run, whatever the timing
-        out = _run(d, **_poisoned(d))
-        assert torch.equal(out.o, base.o)
-        assert torch.equal(out.final_state, base.final_state)
+    monkeypatch.setenv(sm90.PIECES_ENV, str(P))
+    out = _run(d, **_poisoned(d))
+    assert torch.equal(out.o, base.o)
+    assert torch.equal(out.final_state, base.final_state)
     ref_o, ref_ht = kda_recurrent(**d)
     assert_close("o", out.o, ref_o, 5e-3)
     assert_close("final_state", out.final_state, ref_ht, 5e-3)
@@ -387,15 +367,13 @@ def test_pieces_match_one_piece_bit_for_bit(case, mode, monkeypatch):
 
 @pytest.mark.gpu
 @needs_target
-@pytest.mark.parametrize("side", ["0", "1"], ids=["pieces", "side-by-side"])
-def test_pieces_under_cuda_graph_capture(side, monkeypatch):
+def test_pieces_under_cuda_graph_capture(monkeypatch):
     """The pipelined forward captured in a CUDA graph (its second stream joins the capture through events): replays
     on new inputs give the eager forward's bits."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the pipelined forward runs the wgmma recurrence of the sm_90a library")
     monkeypatch.delenv(ENV_VAR, raising=False)
     monkeypatch.setenv(sm90.PIECES_ENV, "4")
-    monkeypatch.setenv(sm90.SIDE_ENV, side)
     d = _case_inputs(CASES[0])
     names = [name for name, t in d.items() if isinstance(t, torch.Tensor) and t.is_floating_point()]
     with torch.no_grad():

@@ -29,15 +29,6 @@ __device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
 
-// a flag between kernels running side by side: the writer's stores before it (after a fence), the reader's loads after
-__device__ __forceinline__ void st_release_gpu(int32_t* p, int32_t v) {
-    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t* p) {
-    int32_t v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int N>

@@ -40,9 +40,6 @@ struct FwdArgs {
     __nv_bfloat16* aqk;           // workspace [HV, NT, 16, 16]
     float* decay;                 // workspace [HV, NT, K]
     float* hs;                    // [N, HV, K, V] the state between pieces (pieces > 1), else null
-    int32_t* ready;               // [HV, NT, 4] zeroed, or null: non-null runs the two kernels side by side, the
-                                  // intra kernel setting ready[hv, chunk, 0] once it wrote the chunk, the recurrence
-                                  // reading a chunk once it is set (equal-length sequences, wgmma; `kda_fwd`)
     int64_t N, TT, NT, H, HV, K, V;
     float scale, lower_bound, beta_scale;
     int32_t gate;                 // 0: g is the log decay; 1: -exp(A_log) softplus(g + dt_bias); 2: lb sigmoid(...)
@@ -320,22 +317,17 @@ template <int GATE, bool G_F32>
 __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fwd_kernel(const FwdArgs a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int64_t ci = static_cast<int64_t>(blockIdx.x) * K1_WARPS + warp, hv = blockIdx.y;
-    if (a.ready != nullptr) {  // equal-length sequences, a 1-D grid in chunk order: block j of every head and
-        const int64_t nch = a.NT / a.N, r = blockIdx.x / a.HV;  // sequence before block j + 1
-        const int64_t j = (r / a.N) * K1_WARPS + warp;
-        if (j >= nch) return;  // warp-uniform; kernel 1 synchronises warps only
-        hv = blockIdx.x % a.HV;
-        ci = (r % a.N) * nch + j;
-    } else if (a.pieces > 1) {  // equal-length sequences: the cnt chunks of piece `piece` in each, sequence-major
+    int64_t ci = static_cast<int64_t>(blockIdx.x) * K1_WARPS + warp;
+    if (a.pieces > 1) {  // equal-length sequences: the cnt chunks of piece `piece` in each, sequence-major
         const int64_t nch = a.NT / a.N;
         const PieceRange r = piece_range(nch, a.piece, a.pieces);
         const int64_t cnt = r.hi - r.lo;
         if (ci >= a.N * cnt) return;
         ci = (ci / cnt) * nch + r.lo + ci % cnt;
     } else if (ci >= a.NT) {
-        return;
+        return;  // warp-uniform; kernel 1 synchronises warps only
     }
+    const int64_t hv = blockIdx.y;
     const int64_t h = hv / (a.HV / a.H);
     const int64_t seq = a.chunk_indices[2 * ci], local = a.chunk_indices[2 * ci + 1];
     const int64_t t0 = a.cu_seqlens[seq] + BT * local;
@@ -514,11 +506,6 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
             store_tile(st0, ow, a.w + tile * D + np * 16, D, lane);
             store_tile(st1, ou, a.u + tile * D + np * 16, D, lane);
         }
-    }
-    if (a.ready != nullptr) {  // every lane's stores of the chunk visible on the GPU, then its flag
-        __threadfence();
-        __syncwarp();
-        if (lane == 0) st_release_gpu(a.ready + (hv * a.NT + ci) * 4, 1);
     }
 }
 
@@ -703,9 +690,8 @@ constexpr int W_WQ = 32 * D * 2;          // [w ; qg]: channel half h, row n (w 
 constexpr int W_KG = BT * D * 2;          // kg: channel half h, token t at h 2048 + t 128 (N-major: LBO 2048)
 constexpr int W_AQK = BT * BT * 2;        // Aqk: 16 x 16, K-major: core (i, j) at (i/8) 256 + (j/8) 128
 constexpr int W_U = BT * 72 * 2;          // u: 16 tokens x 64 (+8 pad), row-major
-constexpr int W_FLAG = W_WQ + W_KG + W_AQK + W_U + D * 4;  // side by side: a later chunk's ready flag (16 bytes)
-constexpr int W_STAGE = 16384;            // a stage: the tiles above, the decay (D fp32) and the flag, 1024-byte aligned
-static_assert(W_FLAG + 16 <= W_STAGE, "stage size");
+constexpr int W_STAGE = 16384;            // a stage: the tiles above and the decay (D fp32), 1024-byte aligned
+static_assert(W_WQ + W_KG + W_AQK + W_U + D * 4 <= W_STAGE, "stage size");
 
 __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
     // start address, leading / stride byte offsets (16-byte units), no swizzle
@@ -856,18 +842,6 @@ __global__ void __launch_bounds__(128, KDA_K2W_MIN_BLOCKS) kda_state_fwd_wgmma_k
         cp_async16_to(base + o_u, a.u + tile * D + g_u);
         if (is_aqk) cp_async16_to(base + o_ad, a.aqk + tile * BT + g_ad);
         if (is_dec) cp_async16_to(base + o_ad, a.decay + chunk * D + g_ad);
-        // side by side: the flag of chunk c + K2_STAGES - 1, read with chunk c's tiles (an idle thread's piece)
-        if (a.ready != nullptr && tid == BT * 2 + D / 4 && c + K2_STAGES - 1 < hi) {
-            cp_async16_to(base + W_FLAG, a.ready + (chunk + K2_STAGES - 1) * 4);
-        }
-    };
-    // side by side: thread 0 waits until the intra kernel has set chunk c's flag, then the CTA goes on
-    auto wait_ready = [&](int64_t c) {
-        if (tid == 0) {
-            const int32_t* flag = a.ready + (hv * a.NT + c_first + c) * 4;
-            while (ld_acquire_gpu(flag) == 0) __nanosleep(64);
-        }
-        __syncthreads();
     };
 
     // s[nt][e] = S^T[v, k], v = 16 warp + gi (+8 for e >= 2), k = 8 nt + gj (+1 for odd e)
@@ -877,9 +851,6 @@ __global__ void __launch_bounds__(128, KDA_K2W_MIN_BLOCKS) kda_state_fwd_wgmma_k
     float s[16][4];
     load_state(a.h0, a.v_first, state, v0, gj, s);
 
-    if (a.ready != nullptr) {
-        for (int64_t c = lo; c < min(hi, lo + K2_STAGES - 1); ++c) wait_ready(c);
-    }
 #pragma unroll
     for (int st = 0; st < K2_STAGES - 1; ++st) {
         if (lo + st < hi) load_stage(lo + st, st);
@@ -895,11 +866,6 @@ __global__ void __launch_bounds__(128, KDA_K2W_MIN_BLOCKS) kda_state_fwd_wgmma_k
         fence_async_smem();  // the cp.async writes (generic proxy) before wgmma reads them (async proxy)
         __syncthreads();
         if (c + K2_STAGES - 1 < hi) {
-            // side by side: chunk c + K2_STAGES - 1's flag came with chunk c's tiles; unset then, wait for it now
-            if (a.ready != nullptr &&
-                *reinterpret_cast<const volatile int32_t*>(stage_ptr(static_cast<int>((c - lo) % K2_STAGES)) + W_FLAG) == 0) {
-                wait_ready(c + K2_STAGES - 1);
-            }
             load_stage(c + K2_STAGES - 1, static_cast<int>((c - lo + K2_STAGES - 1) % K2_STAGES));
         }
         cp_async_commit();
@@ -1582,8 +1548,7 @@ constexpr int k2_smem_bytes() { return K2_STAGES * K2_STAGE_BYTES + BT * (BV + 8
 // host side: validation (nothing reaches a kernel unless every pointer is device memory of the current device,
 // aligned, and every size fits the grids), then the two launches on the caller's stream
 
-// The intra stage over every chunk (pieces <= 1; with a.ready a 1-D grid in chunk order) or over piece a.piece of
-// each sequence's chunks.
+// The intra stage over every chunk (pieces <= 1) or over piece a.piece of each sequence's chunks.
 static cudaError_t launch_intra(const FwdArgs& a, int64_t blocks, cudaStream_t s, char* msg, int len) {
     void (*intra)(const FwdArgs) = nullptr;
     if (a.gate == 0) intra = a.g_fp32 ? kda_intra_fwd_kernel<0, true> : kda_intra_fwd_kernel<0, false>;
@@ -1595,9 +1560,7 @@ static cudaError_t launch_intra(const FwdArgs& a, int64_t blocks, cudaStream_t s
         snprintf(msg, len, "kda_fwd: cudaFuncSetAttribute(intra, %d B): %s", smem, cudaGetErrorString(e));
         return e;
     }
-    const dim3 grid = a.ready != nullptr ? dim3(static_cast<unsigned>(blocks * a.HV))
-                                         : dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(a.HV));
-    intra<<<grid, K1_WARPS * 32, smem, s>>>(a);
+    intra<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(a.HV)), K1_WARPS * 32, smem, s>>>(a);
     if ((e = cudaGetLastError()) != cudaSuccess) snprintf(msg, len, "kda_fwd: intra launch: %s", cudaGetErrorString(e));
     return e;
 }
@@ -1708,33 +1671,6 @@ static int launch_pieces(const FwdArgs& a, cudaStream_t s, char* err, int errlen
     return 0;
 }
 
-// a.ready: the intra kernel in chunk order on the caller's stream s and the recurrence on the second stream at once,
-// each recurrence CTA reading a chunk once the intra kernel has set its flag. No deadlock: an intra CTA waits on
-// nothing, and with at most one recurrence CTA an SM on average (checked: CTAs <= SMs) an SM always has room for an
-// intra CTA (a recurrence CTA and an intra CTA fit together: 32.5 K + 21.5 K registers, 68 + 72 KB).
-static int launch_side_by_side(const FwdArgs& a, cudaStream_t s, char* err, int errlen) {
-    char msg[512];
-    std::lock_guard<std::mutex> lock(g_piece_mutex);
-    PieceStreams* ps = nullptr;
-    cudaError_t e = piece_streams(&ps);
-    if (e != cudaSuccess) {
-        snprintf(msg, sizeof msg, "kda_fwd: the second stream and events: %s", cudaGetErrorString(e));
-        return fail(err, errlen, msg);
-    }
-    if ((e = cudaEventRecord(ps->fork, s)) != cudaSuccess || (e = cudaStreamWaitEvent(ps->side, ps->fork, 0)) != cudaSuccess) {
-        snprintf(msg, sizeof msg, "kda_fwd: fork: %s", cudaGetErrorString(e));
-        return fail(err, errlen, msg);
-    }
-    const int64_t blocks = (a.NT / a.N + K1_WARPS - 1) / K1_WARPS * a.N;
-    if (launch_intra(a, blocks, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
-    if (launch_state(a, ps->side, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
-    if ((e = cudaEventRecord(ps->join, ps->side)) != cudaSuccess || (e = cudaStreamWaitEvent(s, ps->join, 0)) != cudaSuccess) {
-        snprintf(msg, sizeof msg, "kda_fwd: join: %s", cudaGetErrorString(e));
-        return fail(err, errlen, msg);
-    }
-    return 0;
-}
-
 extern "C" int kda_fwd_args_size() { return static_cast<int>(sizeof(FwdArgs)); }
 
 extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen) {
@@ -1765,18 +1701,6 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
                  (long long)a.N);
         return fail(err, errlen, msg);
     }
-    if (a.ready != nullptr) {
-        int dev = 0, sms = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        if (!a.state_wgmma || a.pieces > 1 || a.NT % a.N != 0 || blocks2 * a.HV > sms ||
-            (a.NT / a.N + K1_WARPS - 1) / K1_WARPS * a.N * a.HV > 0x7fffffffLL) {
-            snprintf(msg, sizeof msg, "kda_fwd: side by side (ready) needs the wgmma recurrence, one piece, sequences of "
-                     "equal length and at most one recurrence CTA an SM (NT=%lld, N=%lld, CTAs %lld, SMs %d)",
-                     (long long)a.NT, (long long)a.N, (long long)(blocks2 * a.HV), sms);
-            return fail(err, errlen, msg);
-        }
-    }
     if (a.TT == 0) return 0;
 
     const Ptr ptrs[] = {
@@ -1786,12 +1710,11 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
         {a.chunk_indices, "chunk_indices", 8, true}, {a.chunk_offsets, "chunk_offsets", 8, true},
         {a.o, "o", 16, true}, {a.ht, "final_state", 4, false}, {a.qg, "qg", 16, true}, {a.kg, "kg", 16, true},
         {a.w, "w", 16, true}, {a.u, "u", 16, true}, {a.aqk, "aqk", 16, true}, {a.decay, "decay", 16, true},
-        {a.hs, "hs", 16, false}, {a.ready, "ready", 16, false},
+        {a.hs, "hs", 16, false},
     };
     if (check_pointers("kda_fwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
 
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (a.ready != nullptr) return launch_side_by_side(a, s, err, errlen);
     if (a.pieces <= 1) {
         if (blocks1 > 0 && launch_intra(a, blocks1, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
         if (launch_state(a, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);

@@ -1,5 +1,5 @@
-# Device call 6 (one H200): the two kernels side by side on per-chunk flags (TRITON_KDA_SM90_SIDE=1): the pieces and
-# side-by-side GPU tests first (bit-identical to one piece, oracle, CUDA graphs; a timeout guards against a hang),
+# Device call 6 (one H200; the tree at 01a78dd, whose pieces_bench.py has mode "side"): the two kernels side by side
+# on per-chunk flags (TRITON_KDA_SM90_SIDE=1): the pieces and side-by-side GPU tests first (bit-identical to one piece, oracle, CUDA graphs; a timeout guards against a hang),
 # then 1 / 2 / 3 pieces and side by side timed in turn three times. Carried: .cuda_cache.
 export PYTHONPATH=$PWD TRITON_KDA_CUDA_CACHE=$PWD/.cuda_cache PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tc
 R=$OUT/r; mkdir -p $R

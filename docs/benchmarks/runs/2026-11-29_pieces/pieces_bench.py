@@ -1,11 +1,10 @@
-"""The pipelined compiled forward: the no-grad forward with the default dispatch at each piece count (`sm90.pieces`,
-``TRITON_KDA_SM90_PIECES``; 1: the intra stage and the recurrence in turn) and side by side on per-chunk flags
-(`sm90.side_by_side`, mode "side"), Kimi flags, bf16, seed 0, with an initial and a final state; every mode's output
-and final state compared bit for bit with the first's. do_bench medians; with --repeat R the modes are timed in turn
-R times, each mode's times listed.
+"""The pipelined compiled forward (`sm90.pieces`): the no-grad forward with the default dispatch at each piece count
+(``TRITON_KDA_SM90_PIECES``; 1: the intra stage and the recurrence in turn), Kimi flags, bf16, seed 0, with an
+initial and a final state; every piece count's output and final state compared bit for bit with one piece's.
+do_bench medians; with --repeat R the piece counts are timed in turn R times, each count's times listed.
 
     PYTHONPATH=$PWD python3 docs/benchmarks/runs/2026-11-29_pieces/pieces_bench.py [--shapes B2-T8192-H32,...]
-        [--pieces 1,2,4,8,side] [--repeat 1]
+        [--pieces 1,2,4,8] [--repeat 1]
 """
 import argparse
 import os
@@ -23,12 +22,7 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3
 
 
-def set_mode(mode: str) -> None:
-    os.environ[sm90.SIDE_ENV] = "1" if mode == "side" else "0"
-    os.environ[sm90.PIECES_ENV] = "1" if mode == "side" else mode
-
-
-def shape_row(text: str, counts: list[str], repeat: int) -> str:
+def shape_row(text: str, counts: list[int], repeat: int) -> str:
     shape = parse_shape(text)
     kw = make_case_inputs(shape, FLAG_SETS["kimi"], device=torch.device("cuda"), seed=0, requires_grad=False)
     N, HV = kw["v"].shape[0], kw["v"].shape[2]
@@ -37,7 +31,7 @@ def shape_row(text: str, counts: list[str], repeat: int) -> str:
     notes, times, ref = {}, {P: [] for P in counts}, None
     with torch.no_grad():
         for P in counts:
-            set_mode(P)
+            os.environ[sm90.PIECES_ENV] = str(P)
             o, ht = chunk_kda(**kw)
             same = "" if ref is None else (" bit-identical" if torch.equal(o, ref[0]) and torch.equal(ht, ref[1])
                                            else " DIFFERS")
@@ -45,13 +39,10 @@ def shape_row(text: str, counts: list[str], repeat: int) -> str:
             notes[P] = f"{same} ({backend_report()[-1].name})"
         for _ in range(repeat):
             for P in counts:
-                set_mode(P)
+                os.environ[sm90.PIECES_ENV] = str(P)
                 times[P].append(bench(lambda: chunk_kda(**kw)))
     os.environ.pop(sm90.PIECES_ENV)
-    os.environ.pop(sm90.SIDE_ENV)
-    label = {P: P if P == "side" else f"P{P}" for P in counts}
-    cols = (f"{label[P]} {' / '.join(f'{t:.1f}' for t in times[P])} us{notes[P]}" for P in counts)
-    return f"{text}: " + ", ".join(cols)
+    return f"{text}: " + ", ".join(f"P{P} {' / '.join(f'{t:.1f}' for t in times[P])} us{notes[P]}" for P in counts)
 
 
 def main():
@@ -62,7 +53,7 @@ def main():
     args = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__,
           os.environ.get("TRITON_KDA_NVCC_FLAGS", ""))
-    counts = args.pieces.split(",")
+    counts = [int(x) for x in args.pieces.split(",")]
     for text in args.shapes.split(","):
         print(shape_row(text, counts, args.repeat), flush=True)
 
