@@ -142,15 +142,16 @@ def pieces(lens: tuple, HV: int, wgmma: bool, sms: int) -> int:
     """Pieces of the pipelined forward: each sequence's 16-token chunks cut into this many pieces, the recurrence over
     piece p on a second stream beside the intra stage over piece p + 1 (`kda_fwd` in kda_fwd.cu); outputs bit-identical
     to one piece. Sequences of one length on the wgmma recurrence only; ``TRITON_KDA_SM90_PIECES`` overrides; never
-    more pieces than chunks. By default, with C = N HV D / 64 recurrence CTAs: 2 pieces where C <= SMs / 2 (the intra
-    stage beside the recurrence keeps whole SMs) over N HV T >= 2^17 token-heads (each piece boundary costs the
-    recurrence's chain a launch, a state reload and a prologue, about 9 us), 3 where SMs / 2 < C <= SMs over >= 2^19;
-    else 1 (with more CTAs than SMs the pieces only add boundaries). H200, bf16 Kimi flags, no_grad, h0 / ht, medians
-    of 3-5 alternating timings (docs/benchmarks/runs/2026-11-29_pieces): 2 pieces B1 T8192 H32 539 -> 485.5 us, B1
-    T8192 H16 421 -> 400; 3 pieces B2 T8192 H32 771 -> 752, B2 T8192 H16 HV32 761 -> 734; one piece kept B1 T8192 H8
-    (355 / 360 at 1 / 2), B1 T8192 H96 (1095 / 1084 / 1085 at 1 / 2 / 3, within the noise), B2 T8192 H64, B4 T4096
-    H32 and B8 T2048 H32 (2 pieces 4-8% slower there); the T = 4096 rows' times vary call to call by more than their
-    differences."""
+    more pieces than chunks. By default, with C = N HV D / 64 recurrence CTAs: where C <= SMs / 2 (the intra stage
+    beside the recurrence keeps whole SMs) over N HV T >= 2^17 token-heads, pieces of about PIECE_TOKENS tokens (T //
+    4096, at least 2, at most 8: each piece boundary costs the recurrence's chain a launch, a state reload and a
+    prologue, about 9 us); 3 where SMs / 2 < C <= SMs over >= 2^19; else 1 (with more CTAs than SMs the pieces only add
+    boundaries). H200, bf16 Kimi flags, no_grad, h0 / ht, medians of 3-5 alternating timings (docs/benchmarks/runs/
+    2026-11-29_pieces), 1 piece -> the rule's: B1 T8192 H32 538 -> 484 us (2), B1 T8192 H16 420 -> 399 (2), B1 T16384
+    H32 1038 -> 915 (4; 3: 909), B2 T16384 H16 1029 -> 918 (4; 3: 904), B1 T32768 H32 2027 -> 1689 (8); B2 T8192 H32
+    771 -> 752 (3), B2 T8192 H16 HV32 761 -> 734 (3); one piece kept at B1 T8192 H8 (355 / 360 at 1 / 2), B1 T8192 H96
+    (1095 / 1084 / 1085 at 1 / 2 / 3, within the noise), B2 T8192 H64, B4 T4096 H32 and B8 T2048 H32 (2 pieces 4-8%
+    slower there); the T = 4096 rows' times vary call to call by more than their differences."""
     forced = os.environ.get(PIECES_ENV, "").strip()
     if forced and not (forced.isdigit() and 1 <= int(forced) <= MAX_PIECES):
         raise ValueError(f"{PIECES_ENV} must be an integer from 1 to {MAX_PIECES}, got {forced!r}")
@@ -160,7 +161,7 @@ def pieces(lens: tuple, HV: int, wgmma: bool, sms: int) -> int:
     if forced:
         P = int(forced)
     elif 2 * ctas <= sms and work >= 1 << 17:
-        P = 2
+        P = min(8, max(2, lens[0] // PIECE_TOKENS))
     elif ctas <= sms and work >= 1 << 19:
         P = 3
     else:
@@ -168,6 +169,7 @@ def pieces(lens: tuple, HV: int, wgmma: bool, sms: int) -> int:
     return max(1, min(P, -(-lens[0] // BT)))
 
 
+PIECE_TOKENS = 4096  # `pieces`: tokens a piece where the recurrence takes at most half the SMs
 MAX_PIECES = 32  # kda_fwd.cu's MAX_PIECES
 
 

@@ -319,16 +319,19 @@ def test_split_beats_wgmma_rule(lens, faster):
 
 @pytest.mark.parametrize("lens, HV, wgmma, forced, P", [
     ((8192,), 32, True, "", 2), ((4096,) * 2, 16, True, "", 2), ((4096,), 16, True, "", 1),
+    ((16384,), 32, True, "", 4), ((16384,) * 2, 16, True, "", 4), ((32768,), 32, True, "", 8),
+    ((131072,), 16, True, "", 8),
     ((8192,) * 2, 32, True, "", 3), ((4096,) * 2, 32, True, "", 1), ((8192,), 96, True, "", 1),
     ((2048,) * 8, 32, True, "", 1), ((8192,) * 2, 32, True, "4", 4), ((40,), 1, True, "8", 3),
     ((8192, 4096), 16, True, "4", 1), ((8192,), 32, False, "4", 1), ((), 4, True, "4", 1), ((8192,), 32, True, "1", 1),
-], ids=["B1-H32", "B2-T4096-H16", "B1-T4096-H16-little-work", "B2-H32", "B2-T4096-H32-little-work", "B1-H96-many-ctas",
+], ids=["B1-H32", "B2-T4096-H16", "B1-T4096-H16-little-work", "B1-T16384-H32", "B2-T16384-H16", "B1-T32768-H32",
+        "B1-T131072-at-most-8", "B2-H32", "B2-T4096-H32-little-work", "B1-H96-many-ctas",
         "B8-T2048-H32-many-ctas", "forced", "at-most-the-chunks", "unequal-lengths", "mma-recurrence", "no-seqs",
         "forced-one"])
 def test_pieces_rule(lens, HV, wgmma, forced, P, monkeypatch):
-    """The pipelined forward's piece count (132 SMs): 2 where the recurrence's CTAs take at most half the SMs, 3 where
-    they take at most all, over enough work; sequences of one length on the wgmma recurrence only, never more pieces
-    than chunks."""
+    """The pipelined forward's piece count (132 SMs): pieces of about 4096 tokens (2 to 8) where the recurrence's CTAs
+    take at most half the SMs, 3 where they take at most all, over enough work; sequences of one length on the wgmma
+    recurrence only, never more pieces than chunks."""
     monkeypatch.setenv(sm90.PIECES_ENV, forced)
     assert sm90.pieces(lens, HV, wgmma, 132) == P
 
