@@ -32,6 +32,7 @@ ENV_SWITCH = "TRITON_KDA_SM90"
 BLOCK_V_ENV = "TRITON_KDA_SM90_BLOCK_V"
 STATE_ENV = "TRITON_KDA_SM90_STATE"  # "mma": the recurrence on mma.sync where wgmma is the default (cc 9.0)
 PIECES_ENV = "TRITON_KDA_SM90_PIECES"  # pieces of the pipelined forward (`pieces`); 1: the two launches in turn
+TAPER_ENV = "TRITON_KDA_SM90_TAPER"  # each piece's size over the one before it (`taper`)
 BT = 16
 D = 128
 
@@ -43,11 +44,10 @@ class FwdArgs(ctypes.Structure):
         *((name, ctypes.c_void_p) for name in (
             "q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0", "cu_seqlens", "chunk_indices", "chunk_offsets",
             "o", "ht", "qg", "kg", "w", "u", "aqk", "decay", "hs")),
-        *((name, ctypes.c_int64) for name in ("N", "TT", "NT", "H", "HV", "K", "V")),
-        *((name, ctypes.c_float) for name in ("scale", "lower_bound", "beta_scale")),
+        *((name, ctypes.c_int64) for name in ("N", "TT", "NT", "H", "HV", "K", "V", "chunk_lo", "chunk_hi")),
+        *((name, ctypes.c_float) for name in ("scale", "lower_bound", "beta_scale", "taper")),
         *((name, ctypes.c_int32) for name in (
-            "gate", "l2norm", "beta_sigmoid", "g_fp32", "beta_fp32", "v_first", "block_v", "state_wgmma", "pieces",
-            "piece")),
+            "gate", "l2norm", "beta_sigmoid", "g_fp32", "beta_fp32", "v_first", "block_v", "state_wgmma", "pieces")),
     ]
 
 
@@ -170,6 +170,28 @@ def pieces(lens: tuple, HV: int, wgmma: bool, sms: int) -> int:
 
 
 PIECE_TOKENS = 4096  # `pieces`: tokens a piece where the recurrence takes at most half the SMs
+
+
+def taper(P: int, HV: int, N: int, sms: int) -> float:
+    """Each piece's size over the one before it in the pipelined forward of P pieces (1: equal pieces; above 1 the
+    first pieces, whose intra stage runs alone at the start, are the shorter); ``TRITON_KDA_SM90_TAPER`` (0.25 to 4)
+    overrides. By default 1.5 over 2 pieces and 1.2 over more where the recurrence's N HV D / 64 CTAs take at most half
+    the SMs (there the recurrence is the long pole), else 1. H200, bf16 Kimi flags, three alternating timings
+    (docs/benchmarks/runs/2026-11-29_pieces, calls 10, 11): B1 T8192 H32 2 pieces 497 -> 486 us (0.67: 530), B1
+    T16384 H32 4 pieces 907 -> 858, B1 T32768 H32 8 pieces 1679 -> 1615 (0.85: 1729); with 128 CTAs 3 pieces at 0.5 /
+    0.7 gained at most 0.5% (B2 T8192 H32 743 -> 740 / 748)."""
+    forced = os.environ.get(TAPER_ENV, "").strip()
+    if not forced:
+        if 2 * N * HV * (D // 64) > sms:
+            return 1.0
+        return 1.5 if P == 2 else 1.2
+    try:
+        value = float(forced)
+    except ValueError:
+        value = math.nan
+    if not 0.25 <= value <= 4.0:
+        raise ValueError(f"{TAPER_ENV} must be a number from 0.25 to 4, got {forced!r}")
+    return value
 MAX_PIECES = 32  # kda_fwd.cu's MAX_PIECES
 
 
@@ -243,7 +265,8 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
         chunk_offsets=_ptr(plan.chunk_offsets), o=_ptr(o), ht=_ptr(ht),
         qg=_ptr(qg), kg=_ptr(kg), w=_ptr(w), u=_ptr(u), aqk=_ptr(aqk), decay=_ptr(decay), hs=_ptr(hs),
         N=p.N, TT=B * T, NT=NT, H=p.H, HV=HV, K=p.K, V=V, v_first=int(p.state_v_first),
-        block_v=64 if wg else block_v(p.N, HV, dev), state_wgmma=int(wg), pieces=P, piece=0,
+        block_v=64 if wg else block_v(p.N, HV, dev), state_wgmma=int(wg), pieces=P,
+        taper=taper(P, HV, p.N, sm_count(dev)) if P > 1 else 1.0,
     )
     with torch.cuda.device(dev):
         lib(args, torch.cuda.current_stream(dev).cuda_stream)

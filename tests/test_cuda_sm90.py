@@ -77,6 +77,8 @@ def test_library_abi_and_entry_point_validation(tmp_path, monkeypatch):
     assert "HV a multiple of H" in call(H=2, HV=3)
     assert "block_v must be 32 or 64, got 16" in call(block_v=16)
     assert "the softplus gate needs A_log" in call(gate=1)
+    assert "pieces=2 needs pieces <= 32, the wgmma recurrence, the state buffer hs" in call(pieces=2)
+    assert "a taper in [0.25, 4] (got 0.1)" in call(pieces=2, state_wgmma=1, hs=16, taper=0.1)
     if not torch.cuda.is_available():
         assert "no current CUDA device" in call()
     else:
@@ -336,6 +338,22 @@ def test_pieces_rule(lens, HV, wgmma, forced, P, monkeypatch):
     assert sm90.pieces(lens, HV, wgmma, 132) == P
 
 
+@pytest.mark.parametrize("P, HV, N, forced, value", [
+    (2, 32, 1, "", 1.5), (8, 32, 1, "", 1.2), (3, 32, 2, "", 1.0), (2, 32, 1, "0.5", 0.5), (3, 32, 2, "4", 4.0),
+], ids=["B1-H32-P2", "B1-H32-P8", "B2-H32-equal", "forced-half", "forced-four"])
+def test_taper(P, HV, N, forced, value, monkeypatch):
+    """Shorter first pieces where the recurrence takes at most half the SMs (132 here), else equal pieces."""
+    monkeypatch.setenv(sm90.TAPER_ENV, forced)
+    assert sm90.taper(P, HV, N, 132) == value
+
+
+@pytest.mark.parametrize("forced", ["0.2", "5", "x", "nan"])
+def test_taper_env_rejects_bad_values(forced, monkeypatch):
+    monkeypatch.setenv(sm90.TAPER_ENV, forced)
+    with pytest.raises(ValueError, match=f"{sm90.TAPER_ENV} must be a number from 0.25 to 4, got"):
+        sm90.taper(2, 32, 1, 132)
+
+
 @pytest.mark.parametrize("forced", ["0", "33", "four", "-2"])
 def test_pieces_env_rejects_bad_values(forced, monkeypatch):
     monkeypatch.setenv(sm90.PIECES_ENV, forced)
@@ -348,18 +366,21 @@ PIECE_CASES = [0, 3, 4, 6]  # equal-length CASES: h0, pre-gated without h0, the 
 
 @pytest.mark.gpu
 @needs_target
-@pytest.mark.parametrize("P", [2, 5, 32], ids=["P2", "P5", "P32"])
+@pytest.mark.parametrize("P, taper", [(2, ""), (5, "0.5"), (3, "2"), (32, "")], ids=["P2", "P5-taper0.5", "P3-taper2",
+                                                                                   "P32"])
 @pytest.mark.parametrize("case", [CASES[i] for i in PIECE_CASES], ids=[CASE_IDS[i] for i in PIECE_CASES])
-def test_pieces_match_one_piece_bit_for_bit(case, P, monkeypatch):
+def test_pieces_match_one_piece_bit_for_bit(case, P, taper, monkeypatch):
     """The pipelined forward (the recurrence over piece p on a second stream beside the intra stage over piece p + 1,
-    the state between pieces in fp32) gives the one-piece forward's bits, poisoned outputs all written; P = 32 is
-    more pieces than these sequences have chunks (one chunk a piece)."""
+    the state between pieces in fp32) gives the one-piece forward's bits, poisoned outputs all written, with equal
+    and tapered pieces (some of them empty); P = 32 is more pieces than these sequences have chunks (one chunk a
+    piece)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the pipelined forward runs the wgmma recurrence of the sm_90a library")
     d = _case_inputs(case)
     monkeypatch.setenv(sm90.PIECES_ENV, "1")
     base = _run(d)
     monkeypatch.setenv(sm90.PIECES_ENV, str(P))
+    monkeypatch.setenv(sm90.TAPER_ENV, taper)
     out = _run(d, **_poisoned(d))
     assert torch.equal(out.o, base.o)
     assert torch.equal(out.final_state, base.final_state)

@@ -14,6 +14,7 @@
 // Intermediates live in chunk-padded, head-major workspaces ([HV, NT, 16, 128]); rows past a sequence end are zero.
 // A third kernel, kda_state64_fwd_kernel (entry point kda_state64_fwd, sm_90a; backend sm90_v2, opt-in), walks the
 // recurrence over 64-token chunks on wgmma from the token-major outputs of Triton's intra forward.
+#include <cmath>
 #include <mutex>
 
 #include "common.cuh"
@@ -41,22 +42,15 @@ struct FwdArgs {
     float* decay;                 // workspace [HV, NT, K]
     float* hs;                    // [N, HV, K, V] the state between pieces (pieces > 1), else null
     int64_t N, TT, NT, H, HV, K, V;
+    int64_t chunk_lo, chunk_hi;   // pieces > 1: the chunks [lo, hi) of every sequence a launch covers (set by `kda_fwd`)
     float scale, lower_bound, beta_scale;
+    float taper;                  // pieces > 1: each piece's size over the one before it (1: equal pieces)
     int32_t gate;                 // 0: g is the log decay; 1: -exp(A_log) softplus(g + dt_bias); 2: lb sigmoid(...)
     int32_t l2norm, beta_sigmoid, g_fp32, beta_fp32, v_first, block_v;
     int32_t state_wgmma;          // 1: the recurrence on wgmma (`kda_state_fwd_wgmma_kernel`, block_v 64)
     int32_t pieces;               // > 1: each sequence's chunks in that many pieces, the recurrence over piece p beside
                                   // the intra stage over piece p + 1 (equal-length sequences, wgmma; `kda_fwd`)
-    int32_t piece;                // the piece a launch covers (set by `kda_fwd`)
 };
-
-// The chunks [lo, hi) of a sequence of nch chunks that piece p of P covers: local chunk j is in piece j P / nch.
-struct PieceRange {
-    int64_t lo, hi;
-};
-__host__ __device__ inline PieceRange piece_range(int64_t nch, int p, int P) {
-    return {(p * nch + P - 1) / P, ((p + 1) * nch + P - 1) / P};
-}
 
 // the argument block of kda_state64_fwd (mirrored by cuda_fast.sm90_v2.State64Args): the recurrence over 64-token
 // chunks on the intra stage's token-major outputs (triton_kda.wy.IntraOut of Triton's intra forward, BT = 64)
@@ -318,12 +312,10 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t ci = static_cast<int64_t>(blockIdx.x) * K1_WARPS + warp;
-    if (a.pieces > 1) {  // equal-length sequences: the cnt chunks of piece `piece` in each, sequence-major
-        const int64_t nch = a.NT / a.N;
-        const PieceRange r = piece_range(nch, a.piece, a.pieces);
-        const int64_t cnt = r.hi - r.lo;
+    if (a.pieces > 1) {  // equal-length sequences: the cnt chunks [chunk_lo, chunk_hi) of each, sequence-major
+        const int64_t cnt = a.chunk_hi - a.chunk_lo;
         if (ci >= a.N * cnt) return;
-        ci = (ci / cnt) * nch + r.lo + ci % cnt;
+        ci = (ci / cnt) * (a.NT / a.N) + a.chunk_lo + ci % cnt;
     } else if (ci >= a.NT) {
         return;  // warp-uniform; kernel 1 synchronises warps only
     }
@@ -798,8 +790,7 @@ __global__ void __launch_bounds__(128, KDA_K2W_MIN_BLOCKS) kda_state_fwd_wgmma_k
     const int64_t hv = blockIdx.y;
     const int64_t bos = a.cu_seqlens[n], len = a.cu_seqlens[n + 1] - bos;
     const int64_t c_first = a.chunk_offsets[n];
-    const PieceRange range = piece_range((len + BT - 1) / BT, a.pieces > 1 ? a.piece : 0, a.pieces > 1 ? a.pieces : 1);
-    const int64_t lo = range.lo, hi = range.hi;  // the chunks of this launch
+    const int64_t lo = a.pieces > 1 ? a.chunk_lo : 0, hi = a.pieces > 1 ? a.chunk_hi : (len + BT - 1) / BT;
 
     auto stage_ptr = [&](int st) { return smem + st * W_STAGE; };
     // Each thread's 16-byte pieces of a stage sit at the same offsets in every chunk (only the tile's base moves):
@@ -1548,7 +1539,7 @@ constexpr int k2_smem_bytes() { return K2_STAGES * K2_STAGE_BYTES + BT * (BV + 8
 // host side: validation (nothing reaches a kernel unless every pointer is device memory of the current device,
 // aligned, and every size fits the grids), then the two launches on the caller's stream
 
-// The intra stage over every chunk (pieces <= 1) or over piece a.piece of each sequence's chunks.
+// The intra stage over every chunk (pieces <= 1) or over chunks [a.chunk_lo, a.chunk_hi) of each sequence.
 static cudaError_t launch_intra(const FwdArgs& a, int64_t blocks, cudaStream_t s, char* msg, int len) {
     void (*intra)(const FwdArgs) = nullptr;
     if (a.gate == 0) intra = a.g_fp32 ? kda_intra_fwd_kernel<0, true> : kda_intra_fwd_kernel<0, false>;
@@ -1565,7 +1556,8 @@ static cudaError_t launch_intra(const FwdArgs& a, int64_t blocks, cudaStream_t s
     return e;
 }
 
-// The recurrence over every chunk (pieces <= 1) or over piece a.piece (h0 -> ht: the state before and after it).
+// The recurrence over every chunk (pieces <= 1) or over chunks [a.chunk_lo, a.chunk_hi) of each sequence (h0 -> ht:
+// the state before and after them).
 static cudaError_t launch_state(const FwdArgs& a, cudaStream_t s, char* msg, int len) {
     const dim3 grid(static_cast<unsigned>(a.N * (D / a.block_v)), static_cast<unsigned>(a.HV));
     cudaError_t e;
@@ -1598,6 +1590,14 @@ static cudaError_t launch_state(const FwdArgs& a, cudaStream_t s, char* msg, int
     }
     if (e != cudaSuccess) snprintf(msg, len, "kda_fwd: state launch: %s", cudaGetErrorString(e));
     return e;
+}
+
+// The first chunk of piece p of P over nch chunks, piece sizes in ratio taper (1: equal): nch (1 - r^p) / (1 - r^P),
+// rounded; piece P starts at nch.
+static int64_t piece_start(int64_t nch, int p, int P, float taper) {
+    if (p >= P) return nch;
+    const double r = taper, f = r == 1.0 ? static_cast<double>(p) / P : (1.0 - pow(r, p)) / (1.0 - pow(r, P));
+    return llround(nch * f);
 }
 
 // The pieces' second stream and events, one set per device, made on first use and kept for the process; the mutex
@@ -1651,11 +1651,11 @@ static int launch_pieces(const FwdArgs& a, cudaStream_t s, char* err, int errlen
     const int64_t nch = a.NT / a.N;
     for (int p = 0; p < a.pieces; ++p) {
         FwdArgs ap = a;
-        ap.piece = p;
+        ap.chunk_lo = piece_start(nch, p, a.pieces, a.taper);
+        ap.chunk_hi = piece_start(nch, p + 1, a.pieces, a.taper);
         ap.h0 = p == 0 ? a.h0 : a.hs;
         ap.ht = p == a.pieces - 1 ? a.ht : a.hs;
-        const PieceRange r = piece_range(nch, p, a.pieces);
-        const int64_t blocks = (a.N * (r.hi - r.lo) + K1_WARPS - 1) / K1_WARPS;
+        const int64_t blocks = (a.N * (ap.chunk_hi - ap.chunk_lo) + K1_WARPS - 1) / K1_WARPS;
         if (blocks > 0 && launch_intra(ap, blocks, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
         if ((e = cudaEventRecord(ps->ready[p], s)) != cudaSuccess ||
             (e = cudaStreamWaitEvent(ps->side, ps->ready[p], 0)) != cudaSuccess) {
@@ -1695,10 +1695,11 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
     if (a.gate == 1 && a.A_log == nullptr) return fail(err, errlen, "kda_fwd: the softplus gate needs A_log");
     const int64_t blocks1 = (a.NT + K1_WARPS - 1) / K1_WARPS, blocks2 = a.N * (D / a.block_v);
     if (blocks1 > 0x7fffffffLL || blocks2 > 0x7fffffffLL) return fail(err, errlen, "kda_fwd: grid too large");
-    if (a.pieces > 1 && (a.pieces > MAX_PIECES || !a.state_wgmma || a.hs == nullptr || a.NT % a.N != 0)) {
-        snprintf(msg, sizeof msg, "kda_fwd: pieces=%d needs pieces <= %d, the wgmma recurrence, the state buffer hs "
-                 "and sequences of equal length (NT=%lld, N=%lld)", a.pieces, MAX_PIECES, (long long)a.NT,
-                 (long long)a.N);
+    if (a.pieces > 1 && (a.pieces > MAX_PIECES || !a.state_wgmma || a.hs == nullptr || a.NT % a.N != 0 ||
+                         !(a.taper >= 0.25f && a.taper <= 4.0f))) {
+        snprintf(msg, sizeof msg, "kda_fwd: pieces=%d needs pieces <= %d, the wgmma recurrence, the state buffer hs, "
+                 "sequences of equal length (NT=%lld, N=%lld) and a taper in [0.25, 4] (got %g)", a.pieces, MAX_PIECES,
+                 (long long)a.NT, (long long)a.N, a.taper);
         return fail(err, errlen, msg);
     }
     if (a.TT == 0) return 0;
