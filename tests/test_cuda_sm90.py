@@ -77,6 +77,7 @@ def test_library_abi_and_entry_point_validation(tmp_path, monkeypatch):
     assert "HV a multiple of H" in call(H=2, HV=3)
     assert "block_v must be 32 or 64, got 16" in call(block_v=16)
     assert "the softplus gate needs A_log" in call(gate=1)
+    assert "the wgmma recurrence takes block_v 64" in call(state_wgmma=1, block_v=32)
     assert "pieces=2 needs pieces <= 32, the wgmma recurrence, the state buffer hs" in call(pieces=2)
     assert "a taper in [0.25, 4] (got 0.1)" in call(pieces=2, state_wgmma=1, hs=16, taper=0.1)
     if not torch.cuda.is_available():

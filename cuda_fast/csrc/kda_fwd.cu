@@ -12,6 +12,8 @@
 //       per chunk: v_new = u - w S,  o = qg S + Aqk v_new,  S <- diag(decay) S + kg^T v_new,
 //       with S^T held in fp32 mma accumulators (its bf16 copy is the A operand of the next products).
 // Intermediates live in chunk-padded, head-major workspaces ([HV, NT, 16, 128]); rows past a sequence end are zero.
+// With `pieces` > 1 (sequences of one length, the wgmma recurrence) each sequence's chunks are cut into pieces: the
+// recurrence over piece p runs on a second stream beside the intra kernel over piece p + 1 (`launch_pieces`).
 // A third kernel, kda_state64_fwd_kernel (entry point kda_state64_fwd, sm_90a; backend sm90_v2, opt-in), walks the
 // recurrence over 64-token chunks on wgmma from the token-major outputs of Triton's intra forward.
 #include <cmath>
@@ -1537,7 +1539,7 @@ constexpr int k2_smem_bytes() { return K2_STAGES * K2_STAGE_BYTES + BT * (BV + 8
 }  // namespace
 
 // host side: validation (nothing reaches a kernel unless every pointer is device memory of the current device,
-// aligned, and every size fits the grids), then the two launches on the caller's stream
+// aligned, and every size fits the grids), then the two launches on the caller's stream (or the pieces' launches)
 
 // The intra stage over every chunk (pieces <= 1) or over chunks [a.chunk_lo, a.chunk_hi) of each sequence.
 static cudaError_t launch_intra(const FwdArgs& a, int64_t blocks, cudaStream_t s, char* msg, int len) {
@@ -1693,6 +1695,7 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
     }
     if (a.gate < 0 || a.gate > 2) return fail(err, errlen, "kda_fwd: gate must be 0, 1 or 2");
     if (a.gate == 1 && a.A_log == nullptr) return fail(err, errlen, "kda_fwd: the softplus gate needs A_log");
+    if (a.state_wgmma && a.block_v != 64) return fail(err, errlen, "kda_fwd: the wgmma recurrence takes block_v 64");
     const int64_t blocks1 = (a.NT + K1_WARPS - 1) / K1_WARPS, blocks2 = a.N * (D / a.block_v);
     if (blocks1 > 0x7fffffffLL || blocks2 > 0x7fffffffLL) return fail(err, errlen, "kda_fwd: grid too large");
     if (a.pieces > 1 && (a.pieces > MAX_PIECES || !a.state_wgmma || a.hs == nullptr || a.NT % a.N != 0 ||
