@@ -35,6 +35,8 @@ PIECES_ENV = "TRITON_KDA_SM90_PIECES"  # pieces of the pipelined forward (`piece
 TAPER_ENV = "TRITON_KDA_SM90_TAPER"  # each piece's size over the one before it (`taper`)
 BT = 16
 D = 128
+MAX_PIECES = 32  # kda_fwd.cu's MAX_PIECES
+PIECE_TOKENS = 4096  # `pieces`: tokens a piece where the recurrence takes at most half the SMs
 
 
 class FwdArgs(ctypes.Structure):
@@ -108,7 +110,7 @@ def _few_programs(lens: tuple, HV: int, sms: int) -> bool:
     (docs/benchmarks/runs/2026-11-27_b1_forward): N HV = 16 at T = 4096 / 8192 / 16384 x0.90 / x0.89 / x0.90, N HV =
     8 at T = 4096 x0.78, but x1.44 at T = 2048 (fixed costs); N HV = 32 x1.10 (T = 8192). The wgmma recurrence
     (cc 9.0's default) beats Triton there: N HV = 16 over 4096-65536 tokens x1.32-1.36 (H200, 2026-11-29)."""
-    return bool(lens) and 2 * len(lens) * HV * (D // 32) <= sms and max(lens) >= FEW_MIN_TOKENS
+    return bool(lens) and 2 * state_ctas(len(lens), HV, 32) <= sms and max(lens) >= FEW_MIN_TOKENS
 
 
 def _lens(args: dict) -> tuple:
@@ -116,6 +118,10 @@ def _lens(args: dict) -> tuple:
     seqlens = args["seqlens_cpu"]
     return tuple((seqlens[1:] - seqlens[:-1]).tolist()) if seqlens is not None else (args["T"],) * args["B"]
 
+
+def state_ctas(N: int, HV: int, bv: int = 64) -> int:
+    """The recurrence's CTAs (programs): one per sequence, v-head and bv state columns."""
+    return N * HV * (D // bv)
 
 
 def state_wgmma(device: torch.device) -> bool:
@@ -135,7 +141,7 @@ def block_v(N: int, HV: int, device: torch.device) -> int:
         if forced not in ("32", "64"):
             raise ValueError(f"{BLOCK_V_ENV} must be 32 or 64, got {forced!r}")
         return int(forced)
-    return 64 if N * HV * (D // 64) >= sm_count(device) else 32
+    return 64 if state_ctas(N, HV) >= sm_count(device) else 32
 
 
 def pieces(lens: tuple, HV: int, wgmma: bool, sms: int) -> int:
@@ -157,7 +163,7 @@ def pieces(lens: tuple, HV: int, wgmma: bool, sms: int) -> int:
         raise ValueError(f"{PIECES_ENV} must be an integer from 1 to {MAX_PIECES}, got {forced!r}")
     if not wgmma or not lens or min(lens) != max(lens):
         return 1
-    ctas, work = len(lens) * HV * (D // 64), len(lens) * HV * lens[0]
+    ctas, work = state_ctas(len(lens), HV), len(lens) * HV * lens[0]
     if forced:
         P = int(forced)
     elif 2 * ctas <= sms and work >= 1 << 17:
@@ -167,9 +173,6 @@ def pieces(lens: tuple, HV: int, wgmma: bool, sms: int) -> int:
     else:
         P = 1
     return max(1, min(P, -(-lens[0] // BT)))
-
-
-PIECE_TOKENS = 4096  # `pieces`: tokens a piece where the recurrence takes at most half the SMs
 
 
 def taper(P: int, HV: int, N: int, sms: int) -> float:
@@ -182,7 +185,7 @@ def taper(P: int, HV: int, N: int, sms: int) -> float:
     0.7 gained at most 0.5% (B2 T8192 H32 743 -> 740 / 748)."""
     forced = os.environ.get(TAPER_ENV, "").strip()
     if not forced:
-        if 2 * N * HV * (D // 64) > sms:
+        if 2 * state_ctas(N, HV) > sms:
             return 1.0
         return 1.5 if P == 2 else 1.2
     try:
@@ -192,7 +195,6 @@ def taper(P: int, HV: int, N: int, sms: int) -> float:
     if not 0.25 <= value <= 4.0:
         raise ValueError(f"{TAPER_ENV} must be a number from 0.25 to 4, got {forced!r}")
     return value
-MAX_PIECES = 32  # kda_fwd.cu's MAX_PIECES
 
 
 class Workspace(NamedTuple):
@@ -258,7 +260,8 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
     keep, fields = input_fields(q, k, v, g, beta, A_log, dt_bias, p.scale, flags)  # keep: alive over the launch
     h0 = initial_state.contiguous() if initial_state is not None else None
     wg = state_wgmma(dev)
-    P = pieces(plan.lens, HV, wg, sm_count(dev))
+    sms = sm_count(dev)
+    P = pieces(plan.lens, HV, wg, sms)
     hs = torch.empty(p.N, HV, D, D, device=dev, dtype=torch.float32) if P > 1 else None
     args = FwdArgs(
         **fields, h0=_ptr(h0), cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices),
@@ -266,7 +269,7 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
         qg=_ptr(qg), kg=_ptr(kg), w=_ptr(w), u=_ptr(u), aqk=_ptr(aqk), decay=_ptr(decay), hs=_ptr(hs),
         N=p.N, TT=B * T, NT=NT, H=p.H, HV=HV, K=p.K, V=V, v_first=int(p.state_v_first),
         block_v=64 if wg else block_v(p.N, HV, dev), state_wgmma=int(wg), pieces=P,
-        taper=taper(P, HV, p.N, sm_count(dev)) if P > 1 else 1.0,
+        taper=taper(P, HV, p.N, sms) if P > 1 else 1.0,
     )
     with torch.cuda.device(dev):
         lib(args, torch.cuda.current_stream(dev).cuda_stream)

@@ -1621,12 +1621,12 @@ static cudaError_t piece_streams(PieceStreams** out) {
     if (ps.side == nullptr) {
         int least = 0, greatest = 0;
         if ((e = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess) return e;
-        // the recurrence's stream at the greatest priority: its CTAs go first when intra CTAs leave an SM
         if ((e = cudaEventCreateWithFlags(&ps.fork, cudaEventDisableTiming)) != cudaSuccess) return e;
         if ((e = cudaEventCreateWithFlags(&ps.join, cudaEventDisableTiming)) != cudaSuccess) return e;
         for (int p = 0; p < MAX_PIECES; ++p) {
             if ((e = cudaEventCreateWithFlags(&ps.ready[p], cudaEventDisableTiming)) != cudaSuccess) return e;
         }
+        // the recurrence's stream at the greatest priority: its CTAs go first when intra CTAs leave an SM
         if ((e = cudaStreamCreateWithPriority(&ps.side, cudaStreamNonBlocking, greatest)) != cudaSuccess) return e;
     }
     *out = &ps;
