@@ -13,6 +13,8 @@ cu_seqlens).
 from __future__ import annotations
 
 import ctypes
+import functools
+import itertools
 import math
 import os
 from typing import NamedTuple
@@ -22,7 +24,7 @@ import torch
 from cuda_fast.library import compiled_backend, entry_for
 from cuda_fast.library import data_ptr as _ptr
 from triton_kda.chunk_fwd import plan_chunks
-from triton_kda.configs import sm_count
+from triton_kda.configs import capturing, sm_count
 from triton_kda.gate import gate_mode
 from triton_kda.state_cp import piece_chunks
 
@@ -33,6 +35,8 @@ BLOCK_V_ENV = "TRITON_KDA_SM90_BLOCK_V"
 STATE_ENV = "TRITON_KDA_SM90_STATE"  # "mma": the recurrence on mma.sync where wgmma is the default (cc 9.0)
 PIECES_ENV = "TRITON_KDA_SM90_PIECES"  # pieces of the pipelined forward (`pieces`); 1: the two launches in turn
 TAPER_ENV = "TRITON_KDA_SM90_TAPER"  # each piece's size over the one before it (`taper`)
+LONGEST_FIRST_ENV = "TRITON_KDA_SM90_LONGEST_FIRST"  # "0": the recurrence's CTAs in sequence order (`longest_first`)
+ALONE_ENV = "TRITON_KDA_SM90_ALONE"  # the longest sequences whose recurrence CTAs run alone on an SM (`alone`)
 BT = 16
 D = 128
 MAX_PIECES = 32  # kda_fwd.cu's MAX_PIECES
@@ -45,16 +49,30 @@ class FwdArgs(ctypes.Structure):
     _fields_ = [
         *((name, ctypes.c_void_p) for name in (
             "q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0", "cu_seqlens", "chunk_indices", "chunk_offsets",
-            "o", "ht", "qg", "kg", "w", "u", "aqk", "decay", "hs")),
-        *((name, ctypes.c_int64) for name in ("N", "TT", "NT", "H", "HV", "K", "V", "chunk_lo", "chunk_hi")),
+            "o", "ht", "qg", "kg", "w", "u", "aqk", "decay", "hs", "seq_order")),
+        *((name, ctypes.c_int64) for name in (
+            "N", "TT", "NT", "H", "HV", "K", "V", "chunk_lo", "chunk_hi", "rank_lo", "rank_hi")),
         *((name, ctypes.c_float) for name in ("scale", "lower_bound", "beta_scale", "taper")),
         *((name, ctypes.c_int32) for name in (
-            "gate", "l2norm", "beta_sigmoid", "g_fp32", "beta_fp32", "v_first", "block_v", "state_wgmma", "pieces")),
+            "gate", "l2norm", "beta_sigmoid", "g_fp32", "beta_fp32", "v_first", "block_v", "state_wgmma", "pieces",
+            "alone")),
     ]
 
 
 def verify(args: dict) -> tuple[bool, str]:
-    """Whether this backend takes a ``chunk_kda`` call (``args``: see ``triton_kda.ops._backend_args``)."""
+    """Whether this backend takes a ``chunk_kda`` call (``args``: see ``triton_kda.ops._backend_args``): in `scope`,
+    and no faster in Triton's state pass (`triton_state_faster`)."""
+    ok, why = scope(args)
+    if not ok:
+        return ok, why
+    why = triton_state_faster(args)
+    if why:
+        return False, why
+    return True, "bf16, K = V = 128, inference"
+
+
+def scope(args: dict) -> tuple[bool, str]:
+    """Whether the compiled kernels can serve a ``chunk_kda`` call (dtypes, sizes, alignment), with the reason."""
     if args["requires_grad"]:
         return False, "forward only: a backward may follow (grad mode on and an input requires grad)"
     if args["return_intermediate_states"]:
@@ -71,21 +89,27 @@ def verify(args: dict) -> tuple[bool, str]:
         t = args[name]
         if t.is_contiguous() and t.data_ptr() % align:
             return False, f"{name}'s data pointer is not {align}-byte aligned"
-    if args["q"].is_cuda:  # Triton's faster paths (measured on GPUs; the CPU interpreter has no SM count)
-        lens = _lens(args)
-        wgmma = state_wgmma(args["q"].device)
-        if piece_chunks(lens, args["chunk_size"], args["HV"], D, D, 2, args["q"].device) > 0 and (
-                not wgmma or _split_beats_wgmma(lens)):
-            # measured: with few heads and long sequences Triton's chunk-parallel state passing (its planner splits
-            # these sequences) is faster than this backend's serial recurrence (mma.sync: every such call, H100,
-            # docs/benchmarks/runs/2026-11-22_reports/H100_sm90.md; wgmma: `_split_beats_wgmma`)
-            return False, (f"Triton's intra-card chunk-parallel state passing is faster here (N*HV = "
-                           f"{args['N'] * args['HV']}, sequences split into pieces)")
-        if not wgmma and _few_programs(lens, args["HV"], sm_count(args["q"].device)):
-            return False, (f"Triton's 64-token state pass is faster here (N*HV = {args['N'] * args['HV']}: at most "
-                           f"half the SMs busy in this backend's 16-token mma.sync recurrence, a sequence of >= "
-                           f"{FEW_MIN_TOKENS} tokens)")
     return True, "bf16, K = V = 128, inference"
+
+
+def triton_state_faster(args: dict) -> str:
+    """Why Triton's 64-token state pass beats this backend's recurrence on a call in its scope, or "" where it does
+    not (measured on GPUs; the CPU interpreter has no SM count: "" there). `sm90_split` takes these calls."""
+    if not args["q"].is_cuda:
+        return ""
+    lens = _lens(args)
+    wgmma = state_wgmma(args["q"].device)
+    if piece_chunks(lens, args["chunk_size"], args["HV"], D, D, 2, args["q"].device) > 0 and (
+            not wgmma or _split_beats_wgmma(lens)):
+        # measured: with few heads and long sequences Triton's chunk-parallel state passing (its planner splits
+        # these sequences) is faster than this backend's serial recurrence (mma.sync: every such call, H100,
+        # docs/benchmarks/runs/2026-11-22_reports/H100_sm90.md; wgmma: `_split_beats_wgmma`)
+        return (f"Triton's intra-card chunk-parallel state passing is faster here (N*HV = {args['N'] * args['HV']}, "
+                f"sequences split into pieces)")
+    if not wgmma and _few_programs(lens, args["HV"], sm_count(args["q"].device)):
+        return (f"Triton's 64-token state pass is faster here (N*HV = {args['N'] * args['HV']}: at most half the SMs "
+                f"busy in this backend's 16-token mma.sync recurrence, a sequence of >= {FEW_MIN_TOKENS} tokens)")
+    return ""
 
 
 FEW_MIN_TOKENS = 4096  # the shortest longest-sequence for which `_few_programs` hands a call to Triton
@@ -197,6 +221,60 @@ def taper(P: int, HV: int, N: int, sms: int) -> float:
     return value
 
 
+def longest_first(plan, device: torch.device) -> torch.Tensor | None:
+    """The order in which the recurrence's CTAs take the sequences: [N] int32 on ``device``, the longest first (ties
+    in sequence order), or None (sequence order) where it is already non-increasing or ``TRITON_KDA_SM90_LONGEST_FIRST
+    =0``. Its CTAs are dispatched rank by rank, every head of a rank together (`state_cta` in kda_fwd.cu): the long
+    chains start first and the short sequences fill the SMs beside them, instead of the last heads' long chains
+    starting after every earlier head's short ones. Any order gives the same bits (a CTA's work does not depend on
+    when it runs). From the host lengths (cached by content), or during CUDA-graph capture from the device copy of
+    cu_seqlens (the graph then orders each replay's sequences)."""
+    mode = os.environ.get(LONGEST_FIRST_ENV, "").strip()
+    if mode not in ("", "0", "1"):
+        raise ValueError(f"{LONGEST_FIRST_ENV} must be 0 or 1, got {mode!r}")
+    lens = plan.lens
+    if mode == "0" or all(a >= b for a, b in itertools.pairwise(lens)):
+        return None
+    if capturing(device):
+        cu = plan.cu_seqlens
+        return torch.argsort(cu[1:] - cu[:-1], descending=True, stable=True).to(torch.int32)
+    return _host_order(lens, device)
+
+
+@functools.lru_cache(maxsize=64)
+def _host_order(lens: tuple, device: torch.device) -> torch.Tensor:
+    order = sorted(range(len(lens)), key=lambda i: -lens[i])
+    return torch.tensor(order, dtype=torch.int32).to(device, non_blocking=True)
+
+
+def alone(lens: tuple, HV: int, wgmma: bool, sms: int) -> int:
+    """How many of the longest sequences (`longest_first`'s first ranks) have their recurrence CTAs each alone on an SM,
+    in a launch of their own beside the other sequences' (`launch_alone` in kda_fwd.cu): a long chain that shares its
+    SM with short sequences' CTAs runs about 1.7x slower. The largest k whose k HV D / 64 CTAs take at most half the
+    SMs and whose k-th chain (chunks) is at least the other sequences' chunk steps spread over the other SMs; 0 for
+    none (then one launch). wgmma recurrence only; ``TRITON_KDA_SM90_ALONE`` forces k (0 to N - 1). H200, bf16 Kimi
+    flags, one 8192-token sequence and 64 of 128, H32 (docs/benchmarks/runs/2026-11-29_order): the recurrence took
+    465 us where the long sequence alone takes 271 and the short ones alone 125."""
+    forced = os.environ.get(ALONE_ENV, "").strip()
+    N = len(lens)
+    if forced and not (forced.isdigit() and int(forced) < max(N, 1)):
+        raise ValueError(f"{ALONE_ENV} must be an integer from 0 to N - 1 = {N - 1}, got {forced!r}")
+    if not wgmma or N < 2:
+        return 0
+    if forced:
+        return int(forced)
+    chunks = sorted((-(-n // BT) for n in lens), reverse=True)
+    rest, best = sum(chunks), 0
+    for k in range(1, N):
+        rest -= chunks[k - 1]
+        ctas = state_ctas(k, HV)
+        if 2 * ctas > sms:
+            break
+        if chunks[k - 1] * (sms - ctas) >= rest * state_ctas(1, HV):
+            best = k
+    return best
+
+
 class Workspace(NamedTuple):
     """The intra stage's outputs, chunk-padded and head-major (rows past a sequence end are zero); NT counts
     16-token chunks (``triton_kda.chunk_fwd.plan_chunks`` with BT = 16)."""
@@ -263,13 +341,16 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
     sms = sm_count(dev)
     P = pieces(plan.lens, HV, wg, sms)
     hs = torch.empty(p.N, HV, D, D, device=dev, dtype=torch.float32) if P > 1 else None
+    order = longest_first(plan, dev)
+    k = alone(plan.lens, HV, wg, sms) if order is not None else 0
     args = FwdArgs(
         **fields, h0=_ptr(h0), cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices),
         chunk_offsets=_ptr(plan.chunk_offsets), o=_ptr(o), ht=_ptr(ht),
         qg=_ptr(qg), kg=_ptr(kg), w=_ptr(w), u=_ptr(u), aqk=_ptr(aqk), decay=_ptr(decay), hs=_ptr(hs),
+        seq_order=_ptr(order),
         N=p.N, TT=B * T, NT=NT, H=p.H, HV=HV, K=p.K, V=V, v_first=int(p.state_v_first),
         block_v=64 if wg else block_v(p.N, HV, dev), state_wgmma=int(wg), pieces=P,
-        taper=taper(P, HV, p.N, sms) if P > 1 else 1.0,
+        taper=taper(P, HV, p.N, sms) if P > 1 else 1.0, alone=k,
     )
     with torch.cuda.device(dev):
         lib(args, torch.cuda.current_stream(dev).cuda_stream)

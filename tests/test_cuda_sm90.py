@@ -1,6 +1,7 @@
 """cuda_fast's sm90 backend (the compiled CUDA forward): build, C entry point, verifier and registration on any
 machine with nvcc; on an sm_90 / sm_100 GPU, the forward against the fp64 oracles (end to end and stage by stage),
 with NaN-poisoned outputs and workspaces, run-to-run bit equality, strict causality and the dispatch."""
+import itertools
 import math
 import shutil
 
@@ -15,6 +16,7 @@ from tests.test_cuda_sm90_bwd import _args as _bwd_args
 from tests.utils import assert_close, case_id, make_inputs
 from triton_kda import backends, chunk_kda
 from triton_kda.backends import ENV_VAR, BackendDeclined, Registry, Selection
+from triton_kda.chunk_fwd import plan_chunks
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
 on_target = torch.cuda.is_available() and torch.cuda.get_device_capability() in CAPABILITY_TARGETS
@@ -80,6 +82,7 @@ def test_library_abi_and_entry_point_validation(tmp_path, monkeypatch):
     assert "the wgmma recurrence takes block_v 64" in call(state_wgmma=1, block_v=32)
     assert "pieces=2 needs pieces <= 32, the wgmma recurrence, the state buffer hs" in call(pieces=2)
     assert "a taper in [0.25, 4] (got 0.1)" in call(pieces=2, state_wgmma=1, hs=16, taper=0.1)
+    assert "alone=1 needs seq_order, the wgmma recurrence, one piece and fewer than N=1 ranks" in call(alone=1)
     if not torch.cuda.is_available():
         assert "no current CUDA device" in call()
     else:
@@ -362,6 +365,50 @@ def test_pieces_env_rejects_bad_values(forced, monkeypatch):
         sm90.pieces((8192,), 32, True, 132)
 
 
+def _plan(lens):
+    cu = torch.tensor([0, *itertools.accumulate(lens)])
+    return plan_chunks(1, int(cu[-1]), sm90.BT, torch.device("cpu"), cu)
+
+
+@pytest.mark.parametrize("lens, order", [
+    ((5, 300, 0, 17, 300, 1), [1, 4, 3, 0, 5, 2]),  # longest first, ties in sequence order
+    ((64, 64, 64), None), ((300, 17, 5, 0), None),  # already non-increasing: sequence order
+])
+def test_longest_first(lens, order, monkeypatch):
+    monkeypatch.delenv(sm90.LONGEST_FIRST_ENV, raising=False)
+    got = sm90.longest_first(_plan(lens), torch.device("cpu"))
+    assert (got is None) if order is None else (got.dtype == torch.int32 and got.tolist() == order)
+    monkeypatch.setenv(sm90.LONGEST_FIRST_ENV, "0")
+    assert sm90.longest_first(_plan(lens), torch.device("cpu")) is None
+
+
+@pytest.mark.parametrize("lens, HV, wgmma, forced, k", [
+    ((8192,) + (128,) * 64, 32, True, "", 1),    # one long chain, 64 CTAs; the short ones fill the other 68 SMs
+    ((8192,) + (128,) * 64, 32, False, "", 0),   # mma.sync recurrence
+    ((8192,) + (128,) * 64, 48, True, "", 0),    # 96 CTAs: more than half the SMs
+    ((2048,) + (128,) * 64, 32, True, "", 0),    # the short ones take longer than the chain on the other SMs
+    ((8192, 8192) + (64,) * 8, 16, True, "", 2),
+    ((64, 8192), 32, True, "", 1),
+    ((8192, 64, 64), 32, True, "2", 2), ((8192, 64, 64), 32, True, "0", 0),
+])
+def test_alone_rule(lens, HV, wgmma, forced, k, monkeypatch):
+    monkeypatch.setenv(sm90.ALONE_ENV, forced)
+    assert sm90.alone(lens, HV, wgmma, 132) == k
+
+
+@pytest.mark.parametrize("forced", ["3", "-1", "x"])
+def test_alone_env_rejects_bad_values(forced, monkeypatch):
+    monkeypatch.setenv(sm90.ALONE_ENV, forced)
+    with pytest.raises(ValueError, match=f"{sm90.ALONE_ENV} must be an integer from 0 to N - 1 = 2, got"):
+        sm90.alone((5, 4, 3), 1, True, 132)
+
+
+def test_longest_first_env_rejects_bad_values(monkeypatch):
+    monkeypatch.setenv(sm90.LONGEST_FIRST_ENV, "yes")
+    with pytest.raises(ValueError, match="TRITON_KDA_SM90_LONGEST_FIRST must be 0 or 1, got 'yes'"):
+        sm90.longest_first(_plan((1, 2)), torch.device("cpu"))
+
+
 PIECE_CASES = [0, 3, 4, 6]  # equal-length CASES: h0, pre-gated without h0, the exact path, negative eigenvalues
 
 
@@ -413,6 +460,65 @@ def test_pieces_under_cuda_graph_capture(monkeypatch):
         assert backends.backend_report()[-1].name == "sm90"
         for seed in (1, 2):
             e = _case_inputs(CASES[0], seed=seed)
+            for name in names:
+                d[name].copy_(e[name])
+            graph.replay()
+            ref_o, ref_ht = chunk_kda(**e)
+            torch.cuda.synchronize()
+            assert torch.equal(o, ref_o) and torch.equal(ht, ref_ht)
+
+
+SKEWED = (1, 900, 1, 2, [3, 197, 1, 16, 500, 0, 64, 17, 102], dict(KIMI, initial_state=True))  # varlen, lengths
+
+
+@pytest.mark.gpu
+@needs_target
+@pytest.mark.parametrize("state", ["wgmma", "mma-64", "mma-32"])
+@pytest.mark.parametrize("case", [CASES[2], SKEWED], ids=[CASE_IDS[2], "skewed-varlen-h0"])
+def test_longest_first_matches_sequence_order_bit_for_bit(case, state, monkeypatch):
+    """The recurrence's CTAs taking the sequences longest first (`sm90.longest_first`, a 1-D rank-major grid) give the
+    bits of sequence order, poisoned outputs all written, on both recurrences and both V blocks; on the wgmma one
+    also with the first ranks' CTAs alone on their SMs in a launch of their own (`sm90.alone`)."""
+    if state == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the wgmma recurrence is in the sm_90a library")
+    monkeypatch.setenv(sm90.STATE_ENV, state.split("-")[0])
+    if state != "wgmma":
+        monkeypatch.setenv(sm90.BLOCK_V_ENV, state.split("-")[1])
+    d = _case_inputs(case)
+    monkeypatch.setenv(sm90.LONGEST_FIRST_ENV, "0")
+    base = _run(d)
+    monkeypatch.setenv(sm90.LONGEST_FIRST_ENV, "1")
+    assert sm90.longest_first(_plan(case[4]), d["q"].device) is not None
+    for k in ("0", "1", "3") if state == "wgmma" else ("",):
+        monkeypatch.setenv(sm90.ALONE_ENV, k)
+        out = _run(d, **_poisoned(d))
+        assert torch.equal(out.o, base.o) and torch.equal(out.final_state, base.final_state), k
+    ref_o, ref_ht = kda_recurrent(**d)
+    assert_close("o", out.o, ref_o, 5e-3)
+    assert_close("final_state", out.final_state, ref_ht, 5e-3)
+
+
+@pytest.mark.gpu
+@needs_target
+def test_longest_first_under_cuda_graph_capture(monkeypatch):
+    """A varlen forward captured in a CUDA graph orders its sequences on the device (argsort of the device
+    cu_seqlens): replays on new inputs give the eager forward's bits."""
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.delenv(sm90.LONGEST_FIRST_ENV, raising=False)
+    d = _case_inputs(SKEWED)
+    names = [name for name, t in d.items() if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            chunk_kda(**d)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            o, ht = chunk_kda(**d)
+        assert backends.backend_report()[-1].name == "sm90"
+        for seed in (1, 2):
+            e = _case_inputs(SKEWED, seed=seed)
             for name in names:
                 d[name].copy_(e[name])
             graph.replay()

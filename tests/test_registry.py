@@ -348,4 +348,4 @@ def test_cuda_fast_is_discovered_on_first_selection_not_at_import():
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.strip() == "triton ['sm90_v2', 'sm90', 'sm90_bwd']"
+    assert proc.stdout.strip() == "triton ['sm90_v2', 'sm90', 'sm90_split', 'sm90_bwd']"

@@ -43,8 +43,11 @@ struct FwdArgs {
     __nv_bfloat16* aqk;           // workspace [HV, NT, 16, 16]
     float* decay;                 // workspace [HV, NT, K]
     float* hs;                    // [N, HV, K, V] the state between pieces (pieces > 1), else null
+    const int32_t* seq_order;     // [N] or null: the recurrence's CTAs of rank r take sequence seq_order[r] (longest
+                                  // first, so the long chains start before the short ones; `state_cta`), null: r
     int64_t N, TT, NT, H, HV, K, V;
     int64_t chunk_lo, chunk_hi;   // pieces > 1: the chunks [lo, hi) of every sequence a launch covers (set by `kda_fwd`)
+    int64_t rank_lo, rank_hi;     // with seq_order: the ranks [lo, hi) a recurrence launch covers (set by `kda_fwd`)
     float scale, lower_bound, beta_scale;
     float taper;                  // pieces > 1: each piece's size over the one before it (1: equal pieces)
     int32_t gate;                 // 0: g is the log decay; 1: -exp(A_log) softplus(g + dt_bias); 2: lb sigmoid(...)
@@ -52,6 +55,8 @@ struct FwdArgs {
     int32_t state_wgmma;          // 1: the recurrence on wgmma (`kda_state_fwd_wgmma_kernel`, block_v 64)
     int32_t pieces;               // > 1: each sequence's chunks in that many pieces, the recurrence over piece p beside
                                   // the intra stage over piece p + 1 (equal-length sequences, wgmma; `kda_fwd`)
+    int32_t alone;                // with seq_order, > 0: the recurrence's CTAs of ranks [0, alone) each alone on an SM
+                                  // (a launch of their own beside the other ranks'; `launch_alone`)
 };
 
 // the argument block of kda_state64_fwd (mirrored by cuda_fast.sm90_v2.State64Args): the recurrence over 64-token
@@ -503,6 +508,18 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
     }
 }
 
+// The (sequence, v-head, block of BV state columns) of this recurrence CTA. Without a.seq_order: grid (N D / BV, HV),
+// n = x / (D / BV); with it: a 1-D grid over ranks [rank_lo, rank_hi), rank-major (every head of the first rank's
+// sequence is dispatched first), n = seq_order[rank] (`launch_state`).
+__device__ __forceinline__ void state_cta(const FwdArgs& a, int64_t vblocks, int64_t& n, int64_t& hv, int64_t& vb) {
+    if (a.seq_order == nullptr) {
+        n = blockIdx.x / vblocks, vb = blockIdx.x % vblocks, hv = blockIdx.y;
+        return;
+    }
+    const int64_t b = blockIdx.x, per = a.HV * vblocks;
+    n = a.seq_order[a.rank_lo + b / per], hv = (b % per) / vblocks, vb = b % vblocks;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Kernel 2: head-parallel recurrence and output. Warp `wv` owns rows [16 wv, 16 wv + 16) of the CTA's BV columns
 // of the state, transposed: S^T[v, k] in mma accumulator layout, 16 n-tiles of 8 k-columns.
@@ -514,9 +531,8 @@ __global__ void __launch_bounds__(BV * 2) kda_state_fwd_kernel(const FwdArgs a) 
     constexpr int THREADS = BV * 2, UPAD = BV + 8;
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
-    const int64_t vblocks = D / BV;
-    const int64_t n = blockIdx.x / vblocks, vb = blockIdx.x % vblocks;
-    const int64_t hv = blockIdx.y;
+    int64_t n, hv, vb;
+    state_cta(a, D / BV, n, hv, vb);
     const int64_t bos = a.cu_seqlens[n], len = a.cu_seqlens[n + 1] - bos;
     const int64_t nch = (len + BT - 1) / BT, c_first = a.chunk_offsets[n];
 
@@ -788,8 +804,8 @@ __global__ void __launch_bounds__(128, KDA_K2W_MIN_BLOCKS) kda_state_fwd_wgmma_k
     extern __shared__ __align__(1024) unsigned char smem_sw[];  // the swizzled tiles need 1024-byte alignment
     unsigned char* smem = smem_sw;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
-    const int64_t n = blockIdx.x / (D / BV), vb = blockIdx.x % (D / BV);
-    const int64_t hv = blockIdx.y;
+    int64_t n, hv, vb;
+    state_cta(a, D / BV, n, hv, vb);
     const int64_t bos = a.cu_seqlens[n], len = a.cu_seqlens[n + 1] - bos;
     const int64_t c_first = a.chunk_offsets[n];
     const int64_t lo = a.pieces > 1 ? a.chunk_lo : 0, hi = a.pieces > 1 ? a.chunk_hi : (len + BT - 1) / BT;
@@ -1560,13 +1576,20 @@ static cudaError_t launch_intra(const FwdArgs& a, int64_t blocks, cudaStream_t s
 
 // The recurrence over every chunk (pieces <= 1) or over chunks [a.chunk_lo, a.chunk_hi) of each sequence (h0 -> ht:
 // the state before and after them).
-static cudaError_t launch_state(const FwdArgs& a, cudaStream_t s, char* msg, int len) {
-    const dim3 grid(static_cast<unsigned>(a.N * (D / a.block_v)), static_cast<unsigned>(a.HV));
+// `alone`: the wgmma recurrence's CTAs request ALONE_SMEM bytes, so that no other recurrence CTA shares their SM.
+constexpr int ALONE_SMEM = 200 * 1024;  // above 228 KB less one CTA's k2_wgmma_smem_bytes(), within the 227 KB opt-in
+static_assert(ALONE_SMEM + k2_wgmma_smem_bytes() > 228 * 1024 && ALONE_SMEM <= 227 * 1024, "alone");
+
+static cudaError_t launch_state(const FwdArgs& a, cudaStream_t s, char* msg, int len, bool alone = false) {
+    const int64_t vblocks = D / a.block_v;
+    const dim3 grid = a.seq_order != nullptr
+                          ? dim3(static_cast<unsigned>((a.rank_hi - a.rank_lo) * a.HV * vblocks))
+                          : dim3(static_cast<unsigned>(a.N * vblocks), static_cast<unsigned>(a.HV));
     cudaError_t e;
     if (a.state_wgmma) {
 #if defined(__CUDA_ARCH_LIST__) && __CUDA_ARCH_LIST__ == 900
-        const int smem = k2_wgmma_smem_bytes();
-        e = cudaFuncSetAttribute(kda_state_fwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        const int smem = alone ? ALONE_SMEM : k2_wgmma_smem_bytes();
+        e = cudaFuncSetAttribute(kda_state_fwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ALONE_SMEM);
         if (e == cudaSuccess) {
             kda_state_fwd_wgmma_kernel<<<grid, 128, smem, s>>>(a);
             e = cudaGetLastError();
@@ -1673,6 +1696,30 @@ static int launch_pieces(const FwdArgs& a, cudaStream_t s, char* err, int errlen
     return 0;
 }
 
+// alone > 0: the recurrence over ranks [0, alone) of seq_order on the second stream, each CTA alone on its SM (the
+// long chains run at their own pace instead of beside short sequences' CTAs), beside the recurrence over the other
+// ranks on s; s waits for both.
+static int launch_alone(const FwdArgs& a, cudaStream_t s, char* err, int errlen) {
+    char msg[512];
+    std::lock_guard<std::mutex> lock(g_piece_mutex);
+    PieceStreams* ps = nullptr;
+    cudaError_t e = piece_streams(&ps);
+    if (e == cudaSuccess && (e = cudaEventRecord(ps->fork, s)) == cudaSuccess) e = cudaStreamWaitEvent(ps->side, ps->fork, 0);
+    if (e != cudaSuccess) {
+        snprintf(msg, sizeof msg, "kda_fwd: the second stream: %s", cudaGetErrorString(e));
+        return fail(err, errlen, msg);
+    }
+    FwdArgs al = a, rest = a;
+    al.rank_lo = 0, al.rank_hi = a.alone, rest.rank_lo = a.alone, rest.rank_hi = a.N;
+    if (launch_state(al, ps->side, msg, sizeof msg, true) != cudaSuccess) return fail(err, errlen, msg);
+    if (launch_state(rest, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
+    if ((e = cudaEventRecord(ps->join, ps->side)) != cudaSuccess || (e = cudaStreamWaitEvent(s, ps->join, 0)) != cudaSuccess) {
+        snprintf(msg, sizeof msg, "kda_fwd: join: %s", cudaGetErrorString(e));
+        return fail(err, errlen, msg);
+    }
+    return 0;
+}
+
 extern "C" int kda_fwd_args_size() { return static_cast<int>(sizeof(FwdArgs)); }
 
 extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen) {
@@ -1696,13 +1743,19 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
     if (a.gate < 0 || a.gate > 2) return fail(err, errlen, "kda_fwd: gate must be 0, 1 or 2");
     if (a.gate == 1 && a.A_log == nullptr) return fail(err, errlen, "kda_fwd: the softplus gate needs A_log");
     if (a.state_wgmma && a.block_v != 64) return fail(err, errlen, "kda_fwd: the wgmma recurrence takes block_v 64");
-    const int64_t blocks1 = (a.NT + K1_WARPS - 1) / K1_WARPS, blocks2 = a.N * (D / a.block_v);
+    const int64_t blocks1 = (a.NT + K1_WARPS - 1) / K1_WARPS;
+    const int64_t blocks2 = a.N * (D / a.block_v) * (a.seq_order != nullptr ? a.HV : 1);
     if (blocks1 > 0x7fffffffLL || blocks2 > 0x7fffffffLL) return fail(err, errlen, "kda_fwd: grid too large");
     if (a.pieces > 1 && (a.pieces > MAX_PIECES || !a.state_wgmma || a.hs == nullptr || a.NT % a.N != 0 ||
                          !(a.taper >= 0.25f && a.taper <= 4.0f))) {
         snprintf(msg, sizeof msg, "kda_fwd: pieces=%d needs pieces <= %d, the wgmma recurrence, the state buffer hs, "
                  "sequences of equal length (NT=%lld, N=%lld) and a taper in [0.25, 4] (got %g)", a.pieces, MAX_PIECES,
                  (long long)a.NT, (long long)a.N, a.taper);
+        return fail(err, errlen, msg);
+    }
+    if (a.alone < 0 || (a.alone > 0 && (a.seq_order == nullptr || !a.state_wgmma || a.pieces > 1 || a.alone >= a.N))) {
+        snprintf(msg, sizeof msg, "kda_fwd: alone=%d needs seq_order, the wgmma recurrence, one piece and fewer than N=%lld "
+                 "ranks", a.alone, (long long)a.N);
         return fail(err, errlen, msg);
     }
     if (a.TT == 0) return 0;
@@ -1714,17 +1767,18 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
         {a.chunk_indices, "chunk_indices", 8, true}, {a.chunk_offsets, "chunk_offsets", 8, true},
         {a.o, "o", 16, true}, {a.ht, "final_state", 4, false}, {a.qg, "qg", 16, true}, {a.kg, "kg", 16, true},
         {a.w, "w", 16, true}, {a.u, "u", 16, true}, {a.aqk, "aqk", 16, true}, {a.decay, "decay", 16, true},
-        {a.hs, "hs", 16, false},
+        {a.hs, "hs", 16, false}, {a.seq_order, "seq_order", 4, false},
     };
     if (check_pointers("kda_fwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
 
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (a.pieces <= 1) {
-        if (blocks1 > 0 && launch_intra(a, blocks1, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
-        if (launch_state(a, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
-        return 0;
-    }
-    return launch_pieces(a, s, err, errlen);
+    FwdArgs all = a;
+    all.rank_lo = 0, all.rank_hi = a.N;
+    if (a.pieces > 1) return launch_pieces(all, s, err, errlen);
+    if (blocks1 > 0 && launch_intra(all, blocks1, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
+    if (a.alone > 0) return launch_alone(all, s, err, errlen);
+    if (launch_state(all, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
+    return 0;
 }
 
 #if defined(__CUDA_ARCH_LIST__) && __CUDA_ARCH_LIST__ == 900
