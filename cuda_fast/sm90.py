@@ -36,7 +36,6 @@ STATE_ENV = "TRITON_KDA_SM90_STATE"  # "mma": the recurrence on mma.sync where w
 PIECES_ENV = "TRITON_KDA_SM90_PIECES"  # pieces of the pipelined forward (`pieces`); 1: the two launches in turn
 TAPER_ENV = "TRITON_KDA_SM90_TAPER"  # each piece's size over the one before it (`taper`)
 LONGEST_FIRST_ENV = "TRITON_KDA_SM90_LONGEST_FIRST"  # "0": the recurrence's CTAs in sequence order (`longest_first`)
-ALONE_ENV = "TRITON_KDA_SM90_ALONE"  # the longest sequences whose recurrence CTAs run alone on an SM (`alone`)
 BT = 16
 D = 128
 MAX_PIECES = 32  # kda_fwd.cu's MAX_PIECES
@@ -50,12 +49,10 @@ class FwdArgs(ctypes.Structure):
         *((name, ctypes.c_void_p) for name in (
             "q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0", "cu_seqlens", "chunk_indices", "chunk_offsets",
             "o", "ht", "qg", "kg", "w", "u", "aqk", "decay", "hs", "seq_order")),
-        *((name, ctypes.c_int64) for name in (
-            "N", "TT", "NT", "H", "HV", "K", "V", "chunk_lo", "chunk_hi", "rank_lo", "rank_hi")),
+        *((name, ctypes.c_int64) for name in ("N", "TT", "NT", "H", "HV", "K", "V", "chunk_lo", "chunk_hi")),
         *((name, ctypes.c_float) for name in ("scale", "lower_bound", "beta_scale", "taper")),
         *((name, ctypes.c_int32) for name in (
-            "gate", "l2norm", "beta_sigmoid", "g_fp32", "beta_fp32", "v_first", "block_v", "state_wgmma", "pieces",
-            "alone")),
+            "gate", "l2norm", "beta_sigmoid", "g_fp32", "beta_fp32", "v_first", "block_v", "state_wgmma", "pieces")),
     ]
 
 
@@ -228,7 +225,9 @@ def longest_first(plan, device: torch.device) -> torch.Tensor | None:
     chains start first and the short sequences fill the SMs beside them, instead of the last heads' long chains
     starting after every earlier head's short ones. Any order gives the same bits (a CTA's work does not depend on
     when it runs). From the host lengths (cached by content), or during CUDA-graph capture from the device copy of
-    cu_seqlens (the graph then orders each replay's sequences)."""
+    cu_seqlens (the graph then orders each replay's sequences). H200, bf16 Kimi flags, h0 / ht, sequence order ->
+    longest first (docs/benchmarks/runs/2026-11-29_order): varlen rand20 H32 799 -> 706 us, TLE's batch H96 1094 ->
+    1025; uniform10 and skewed (8192 + 64 x 128 tokens) unchanged (729, 1015)."""
     mode = os.environ.get(LONGEST_FIRST_ENV, "").strip()
     if mode not in ("", "0", "1"):
         raise ValueError(f"{LONGEST_FIRST_ENV} must be 0 or 1, got {mode!r}")
@@ -245,34 +244,6 @@ def longest_first(plan, device: torch.device) -> torch.Tensor | None:
 def _host_order(lens: tuple, device: torch.device) -> torch.Tensor:
     order = sorted(range(len(lens)), key=lambda i: -lens[i])
     return torch.tensor(order, dtype=torch.int32).to(device, non_blocking=True)
-
-
-def alone(lens: tuple, HV: int, wgmma: bool, sms: int) -> int:
-    """How many of the longest sequences (`longest_first`'s first ranks) have their recurrence CTAs each alone on an SM,
-    in a launch of their own beside the other sequences' (`launch_alone` in kda_fwd.cu): a long chain that shares its
-    SM with short sequences' CTAs runs about 1.7x slower. The largest k whose k HV D / 64 CTAs take at most half the
-    SMs and whose k-th chain (chunks) is at least the other sequences' chunk steps spread over the other SMs; 0 for
-    none (then one launch). wgmma recurrence only; ``TRITON_KDA_SM90_ALONE`` forces k (0 to N - 1). H200, bf16 Kimi
-    flags, one 8192-token sequence and 64 of 128, H32 (docs/benchmarks/runs/2026-11-29_order): the recurrence took
-    465 us where the long sequence alone takes 271 and the short ones alone 125."""
-    forced = os.environ.get(ALONE_ENV, "").strip()
-    N = len(lens)
-    if forced and not (forced.isdigit() and int(forced) < max(N, 1)):
-        raise ValueError(f"{ALONE_ENV} must be an integer from 0 to N - 1 = {N - 1}, got {forced!r}")
-    if not wgmma or N < 2:
-        return 0
-    if forced:
-        return int(forced)
-    chunks = sorted((-(-n // BT) for n in lens), reverse=True)
-    rest, best = sum(chunks), 0
-    for k in range(1, N):
-        rest -= chunks[k - 1]
-        ctas = state_ctas(k, HV)
-        if 2 * ctas > sms:
-            break
-        if chunks[k - 1] * (sms - ctas) >= rest * state_ctas(1, HV):
-            best = k
-    return best
 
 
 class Workspace(NamedTuple):
@@ -342,7 +313,6 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
     P = pieces(plan.lens, HV, wg, sms)
     hs = torch.empty(p.N, HV, D, D, device=dev, dtype=torch.float32) if P > 1 else None
     order = longest_first(plan, dev)
-    k = alone(plan.lens, HV, wg, sms) if order is not None else 0
     args = FwdArgs(
         **fields, h0=_ptr(h0), cu_seqlens=_ptr(plan.cu_seqlens), chunk_indices=_ptr(plan.chunk_indices),
         chunk_offsets=_ptr(plan.chunk_offsets), o=_ptr(o), ht=_ptr(ht),
@@ -350,7 +320,7 @@ def kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, p, flags, *, cu_seq
         seq_order=_ptr(order),
         N=p.N, TT=B * T, NT=NT, H=p.H, HV=HV, K=p.K, V=V, v_first=int(p.state_v_first),
         block_v=64 if wg else block_v(p.N, HV, dev), state_wgmma=int(wg), pieces=P,
-        taper=taper(P, HV, p.N, sms) if P > 1 else 1.0, alone=k,
+        taper=taper(P, HV, p.N, sms) if P > 1 else 1.0,
     )
     with torch.cuda.device(dev):
         lib(args, torch.cuda.current_stream(dev).cuda_stream)

@@ -82,7 +82,6 @@ def test_library_abi_and_entry_point_validation(tmp_path, monkeypatch):
     assert "the wgmma recurrence takes block_v 64" in call(state_wgmma=1, block_v=32)
     assert "pieces=2 needs pieces <= 32, the wgmma recurrence, the state buffer hs" in call(pieces=2)
     assert "a taper in [0.25, 4] (got 0.1)" in call(pieces=2, state_wgmma=1, hs=16, taper=0.1)
-    assert "alone=1 needs seq_order, the wgmma recurrence, one piece and fewer than N=1 ranks" in call(alone=1)
     if not torch.cuda.is_available():
         assert "no current CUDA device" in call()
     else:
@@ -382,27 +381,6 @@ def test_longest_first(lens, order, monkeypatch):
     assert sm90.longest_first(_plan(lens), torch.device("cpu")) is None
 
 
-@pytest.mark.parametrize("lens, HV, wgmma, forced, k", [
-    ((8192,) + (128,) * 64, 32, True, "", 1),    # one long chain, 64 CTAs; the short ones fill the other 68 SMs
-    ((8192,) + (128,) * 64, 32, False, "", 0),   # mma.sync recurrence
-    ((8192,) + (128,) * 64, 48, True, "", 0),    # 96 CTAs: more than half the SMs
-    ((2048,) + (128,) * 64, 32, True, "", 0),    # the short ones take longer than the chain on the other SMs
-    ((8192, 8192) + (64,) * 8, 16, True, "", 2),
-    ((64, 8192), 32, True, "", 1),
-    ((8192, 64, 64), 32, True, "2", 2), ((8192, 64, 64), 32, True, "0", 0),
-])
-def test_alone_rule(lens, HV, wgmma, forced, k, monkeypatch):
-    monkeypatch.setenv(sm90.ALONE_ENV, forced)
-    assert sm90.alone(lens, HV, wgmma, 132) == k
-
-
-@pytest.mark.parametrize("forced", ["3", "-1", "x"])
-def test_alone_env_rejects_bad_values(forced, monkeypatch):
-    monkeypatch.setenv(sm90.ALONE_ENV, forced)
-    with pytest.raises(ValueError, match=f"{sm90.ALONE_ENV} must be an integer from 0 to N - 1 = 2, got"):
-        sm90.alone((5, 4, 3), 1, True, 132)
-
-
 def test_longest_first_env_rejects_bad_values(monkeypatch):
     monkeypatch.setenv(sm90.LONGEST_FIRST_ENV, "yes")
     with pytest.raises(ValueError, match="TRITON_KDA_SM90_LONGEST_FIRST must be 0 or 1, got 'yes'"):
@@ -477,8 +455,7 @@ SKEWED = (1, 900, 1, 2, [3, 197, 1, 16, 500, 0, 64, 17, 102], dict(KIMI, initial
 @pytest.mark.parametrize("case", [CASES[2], SKEWED], ids=[CASE_IDS[2], "skewed-varlen-h0"])
 def test_longest_first_matches_sequence_order_bit_for_bit(case, state, monkeypatch):
     """The recurrence's CTAs taking the sequences longest first (`sm90.longest_first`, a 1-D rank-major grid) give the
-    bits of sequence order, poisoned outputs all written, on both recurrences and both V blocks; on the wgmma one
-    also with the first ranks' CTAs alone on their SMs in a launch of their own (`sm90.alone`)."""
+    bits of sequence order, poisoned outputs all written, on both recurrences and both V blocks."""
     if state == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the wgmma recurrence is in the sm_90a library")
     monkeypatch.setenv(sm90.STATE_ENV, state.split("-")[0])
@@ -489,10 +466,8 @@ def test_longest_first_matches_sequence_order_bit_for_bit(case, state, monkeypat
     base = _run(d)
     monkeypatch.setenv(sm90.LONGEST_FIRST_ENV, "1")
     assert sm90.longest_first(_plan(case[4]), d["q"].device) is not None
-    for k in ("0", "1", "3") if state == "wgmma" else ("",):
-        monkeypatch.setenv(sm90.ALONE_ENV, k)
-        out = _run(d, **_poisoned(d))
-        assert torch.equal(out.o, base.o) and torch.equal(out.final_state, base.final_state), k
+    out = _run(d, **_poisoned(d))
+    assert torch.equal(out.o, base.o) and torch.equal(out.final_state, base.final_state)
     ref_o, ref_ht = kda_recurrent(**d)
     assert_close("o", out.o, ref_o, 5e-3)
     assert_close("final_state", out.final_state, ref_ht, 5e-3)

@@ -47,7 +47,6 @@ struct FwdArgs {
                                   // first, so the long chains start before the short ones; `state_cta`), null: r
     int64_t N, TT, NT, H, HV, K, V;
     int64_t chunk_lo, chunk_hi;   // pieces > 1: the chunks [lo, hi) of every sequence a launch covers (set by `kda_fwd`)
-    int64_t rank_lo, rank_hi;     // with seq_order: the ranks [lo, hi) a recurrence launch covers (set by `kda_fwd`)
     float scale, lower_bound, beta_scale;
     float taper;                  // pieces > 1: each piece's size over the one before it (1: equal pieces)
     int32_t gate;                 // 0: g is the log decay; 1: -exp(A_log) softplus(g + dt_bias); 2: lb sigmoid(...)
@@ -55,8 +54,6 @@ struct FwdArgs {
     int32_t state_wgmma;          // 1: the recurrence on wgmma (`kda_state_fwd_wgmma_kernel`, block_v 64)
     int32_t pieces;               // > 1: each sequence's chunks in that many pieces, the recurrence over piece p beside
                                   // the intra stage over piece p + 1 (equal-length sequences, wgmma; `kda_fwd`)
-    int32_t alone;                // with seq_order, > 0: the recurrence's CTAs of ranks [0, alone) each alone on an SM
-                                  // (a launch of their own beside the other ranks'; `launch_alone`)
 };
 
 // the argument block of kda_state64_fwd (mirrored by cuda_fast.sm90_v2.State64Args): the recurrence over 64-token
@@ -509,15 +506,15 @@ __global__ void __launch_bounds__(K1_WARPS * 32, KDA_K1_MIN_BLOCKS) kda_intra_fw
 }
 
 // The (sequence, v-head, block of BV state columns) of this recurrence CTA. Without a.seq_order: grid (N D / BV, HV),
-// n = x / (D / BV); with it: a 1-D grid over ranks [rank_lo, rank_hi), rank-major (every head of the first rank's
-// sequence is dispatched first), n = seq_order[rank] (`launch_state`).
+// n = x / (D / BV); with it: a 1-D grid, rank-major (every head of the rank-0 sequence is dispatched first), n =
+// seq_order[rank] (`launch_state`).
 __device__ __forceinline__ void state_cta(const FwdArgs& a, int64_t vblocks, int64_t& n, int64_t& hv, int64_t& vb) {
     if (a.seq_order == nullptr) {
         n = blockIdx.x / vblocks, vb = blockIdx.x % vblocks, hv = blockIdx.y;
         return;
     }
     const int64_t b = blockIdx.x, per = a.HV * vblocks;
-    n = a.seq_order[a.rank_lo + b / per], hv = (b % per) / vblocks, vb = b % vblocks;
+    n = a.seq_order[b / per], hv = (b % per) / vblocks, vb = b % vblocks;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1576,20 +1573,15 @@ static cudaError_t launch_intra(const FwdArgs& a, int64_t blocks, cudaStream_t s
 
 // The recurrence over every chunk (pieces <= 1) or over chunks [a.chunk_lo, a.chunk_hi) of each sequence (h0 -> ht:
 // the state before and after them).
-// `alone`: the wgmma recurrence's CTAs request ALONE_SMEM bytes, so that no other recurrence CTA shares their SM.
-constexpr int ALONE_SMEM = 200 * 1024;  // above 228 KB less one CTA's k2_wgmma_smem_bytes(), within the 227 KB opt-in
-static_assert(ALONE_SMEM + k2_wgmma_smem_bytes() > 228 * 1024 && ALONE_SMEM <= 227 * 1024, "alone");
-
-static cudaError_t launch_state(const FwdArgs& a, cudaStream_t s, char* msg, int len, bool alone = false) {
+static cudaError_t launch_state(const FwdArgs& a, cudaStream_t s, char* msg, int len) {
     const int64_t vblocks = D / a.block_v;
-    const dim3 grid = a.seq_order != nullptr
-                          ? dim3(static_cast<unsigned>((a.rank_hi - a.rank_lo) * a.HV * vblocks))
-                          : dim3(static_cast<unsigned>(a.N * vblocks), static_cast<unsigned>(a.HV));
+    const dim3 grid = a.seq_order != nullptr ? dim3(static_cast<unsigned>(a.N * a.HV * vblocks))
+                                             : dim3(static_cast<unsigned>(a.N * vblocks), static_cast<unsigned>(a.HV));
     cudaError_t e;
     if (a.state_wgmma) {
 #if defined(__CUDA_ARCH_LIST__) && __CUDA_ARCH_LIST__ == 900
-        const int smem = alone ? ALONE_SMEM : k2_wgmma_smem_bytes();
-        e = cudaFuncSetAttribute(kda_state_fwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ALONE_SMEM);
+        const int smem = k2_wgmma_smem_bytes();
+        e = cudaFuncSetAttribute(kda_state_fwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e == cudaSuccess) {
             kda_state_fwd_wgmma_kernel<<<grid, 128, smem, s>>>(a);
             e = cudaGetLastError();
@@ -1696,30 +1688,6 @@ static int launch_pieces(const FwdArgs& a, cudaStream_t s, char* err, int errlen
     return 0;
 }
 
-// alone > 0: the recurrence over ranks [0, alone) of seq_order on the second stream, each CTA alone on its SM (the
-// long chains run at their own pace instead of beside short sequences' CTAs), beside the recurrence over the other
-// ranks on s; s waits for both.
-static int launch_alone(const FwdArgs& a, cudaStream_t s, char* err, int errlen) {
-    char msg[512];
-    std::lock_guard<std::mutex> lock(g_piece_mutex);
-    PieceStreams* ps = nullptr;
-    cudaError_t e = piece_streams(&ps);
-    if (e == cudaSuccess && (e = cudaEventRecord(ps->fork, s)) == cudaSuccess) e = cudaStreamWaitEvent(ps->side, ps->fork, 0);
-    if (e != cudaSuccess) {
-        snprintf(msg, sizeof msg, "kda_fwd: the second stream: %s", cudaGetErrorString(e));
-        return fail(err, errlen, msg);
-    }
-    FwdArgs al = a, rest = a;
-    al.rank_lo = 0, al.rank_hi = a.alone, rest.rank_lo = a.alone, rest.rank_hi = a.N;
-    if (launch_state(al, ps->side, msg, sizeof msg, true) != cudaSuccess) return fail(err, errlen, msg);
-    if (launch_state(rest, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
-    if ((e = cudaEventRecord(ps->join, ps->side)) != cudaSuccess || (e = cudaStreamWaitEvent(s, ps->join, 0)) != cudaSuccess) {
-        snprintf(msg, sizeof msg, "kda_fwd: join: %s", cudaGetErrorString(e));
-        return fail(err, errlen, msg);
-    }
-    return 0;
-}
-
 extern "C" int kda_fwd_args_size() { return static_cast<int>(sizeof(FwdArgs)); }
 
 extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen) {
@@ -1753,11 +1721,6 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
                  (long long)a.NT, (long long)a.N, a.taper);
         return fail(err, errlen, msg);
     }
-    if (a.alone < 0 || (a.alone > 0 && (a.seq_order == nullptr || !a.state_wgmma || a.pieces > 1 || a.alone >= a.N))) {
-        snprintf(msg, sizeof msg, "kda_fwd: alone=%d needs seq_order, the wgmma recurrence, one piece and fewer than N=%lld "
-                 "ranks", a.alone, (long long)a.N);
-        return fail(err, errlen, msg);
-    }
     if (a.TT == 0) return 0;
 
     const Ptr ptrs[] = {
@@ -1772,13 +1735,12 @@ extern "C" int kda_fwd(const FwdArgs* args, void* stream, char* err, int errlen)
     if (check_pointers("kda_fwd", ptrs, sizeof ptrs / sizeof ptrs[0], err, errlen) != 0) return 1;
 
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    FwdArgs all = a;
-    all.rank_lo = 0, all.rank_hi = a.N;
-    if (a.pieces > 1) return launch_pieces(all, s, err, errlen);
-    if (blocks1 > 0 && launch_intra(all, blocks1, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
-    if (a.alone > 0) return launch_alone(all, s, err, errlen);
-    if (launch_state(all, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
-    return 0;
+    if (a.pieces <= 1) {
+        if (blocks1 > 0 && launch_intra(a, blocks1, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
+        if (launch_state(a, s, msg, sizeof msg) != cudaSuccess) return fail(err, errlen, msg);
+        return 0;
+    }
+    return launch_pieces(a, s, err, errlen);
 }
 
 #if defined(__CUDA_ARCH_LIST__) && __CUDA_ARCH_LIST__ == 900
