@@ -1,11 +1,13 @@
-"""Few heads over long sequences on Hopper: backend ``sm90_split``, the compiled 64-token intra stage
-(``sm90_v2.intra64_fwd``) feeding Triton's state pass, whose intra-card chunk-parallel planner splits the long
-sequences into pieces run in parallel (``triton_kda.state.state_fwd``, state_cp.py).
+"""Few heads over long sequences on Hopper: backend ``sm90_split``. The compiled 64-token intra stage
+(``sm90_v2.intra64_fwd``), then Triton's intra-card chunk-parallel state passing (state_cp.py: the long sequences cut
+into pieces, each piece's map [M | E] in parallel, the maps chained into every piece's start state), then the compiled
+64-token recurrence on wgmma (``sm90_v2.state64_fwd``) over the pieces as if they were sequences, each from its start
+state.
 
-It takes exactly the calls ``sm90`` leaves to Triton because Triton's state pass beats its recurrence there
-(``sm90.triton_state_faster``: few heads, sequences past 8192 tokens), on compute capability 9.0 (where both were
-measured); the result is Triton's forward with its intra stage replaced: same plan, same pieces, o and the final state
-within bf16 rounding of Triton's. ``TRITON_KDA_SM90_SPLIT=0`` leaves these calls to Triton.
+It takes exactly the calls ``sm90`` leaves to Triton because Triton's state passing beats its 16-token recurrence
+there (``sm90.triton_state_faster``: few heads, sequences past 8192 tokens), on compute capability 9.0 (where both were
+measured). Pieces of at least MIN_PIECE_CHUNKS chunks (Triton's planner, pricing its own serial pass, picks shorter
+ones). o within bf16 rounding of Triton's forward. ``TRITON_KDA_SM90_SPLIT=0`` leaves these calls to Triton.
 """
 from __future__ import annotations
 
@@ -14,11 +16,16 @@ import torch
 from cuda_fast import sm90, sm90_v2
 from cuda_fast.library import compiled_backend
 from triton_kda.chunk_fwd import plan_chunks
-from triton_kda.state import state_fwd
+from triton_kda.configs import precision_of
+from triton_kda.state_cp import cp_initial_states, plan_pieces
 
 NAME = "sm90_split"
 ENV_SWITCH = "TRITON_KDA_SM90_SPLIT"  # "0": these calls go to Triton
 BT = sm90_v2.BT
+# H200, bf16 Kimi flags, h0 / ht, B1 H8 (docs/benchmarks/runs/2026-11-29_order, call 9): T32768 780 / 716 / 869 us in
+# pieces of 32 (the planner's) / 64 / 128 chunks, 925 at 16; T131072 3553 / 2986 / 2700 / 2554 at 16 / 32 / 64 / 128
+# (the planner's); T65536: the planner's 64
+MIN_PIECE_CHUNKS = 64
 
 
 def verify(args: dict) -> tuple[bool, str]:
@@ -32,7 +39,7 @@ def verify(args: dict) -> tuple[bool, str]:
     why = sm90.triton_state_faster(args)
     if not why:
         return False, "sm90's recurrence is the faster here"
-    return True, f"compiled 64-token intra stage, then Triton's state pass ({why})"
+    return True, f"compiled 64-token intra stage and recurrence over Triton's chunk-parallel state passing ({why})"
 
 
 def chunk_kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, p, flags):
@@ -40,10 +47,17 @@ def chunk_kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, p
     B, T, HV, V = v.shape
     plan = plan_chunks(B, T, BT, q.device, p.seqlens_cpu, cu_seqlens)
     intra = sm90_v2.intra64_fwd(q, k, v, g, beta, A_log, dt_bias, p.scale, plan, flags)
-    st = state_fwd(intra, initial_state.contiguous() if initial_state is not None else None, plan, BT, V,
-                   output_final_state=flags["output_final_state"], state_v_first=p.state_v_first, store_h=False,
-                   store_v_new=False, h_dtype=q.dtype)
-    return st.o.view(B, T, HV, V), st.final_state
+    h0 = initial_state.contiguous() if initial_state is not None else None
+    pieces = plan_pieces(plan.lens, BT, HV, p.K, V, 2, q.device, seqs=plan, min_chunks=MIN_PIECE_CHUNKS)
+    if pieces is None:  # the planner's environment changed since `verify`: no split, the sequences as they are
+        o, ht = sm90_v2.state64_fwd(intra, h0, plan, output_final_state=flags["output_final_state"],
+                                    state_v_first=p.state_v_first)
+        return o.view(B, T, HV, V), ht
+    start = cp_initial_states(intra.kg, intra.w, intra.u, intra.gl, intra.rs, h0, plan, pieces, BT,
+                              state_v_first=p.state_v_first, prec=precision_of(q.dtype))
+    o, ht = sm90_v2.state64_fwd(intra, start, pieces, output_final_state=flags["output_final_state"],
+                                state_v_first=p.state_v_first)
+    return o.view(B, T, HV, V), ht[pieces.last] if ht is not None else None
 
 
 BACKEND = compiled_backend(NAME, sm90.OP, ENV_SWITCH, verify, chunk_kda_fwd, "kda_intra64_fwd",

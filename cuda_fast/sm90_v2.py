@@ -119,7 +119,7 @@ def state64_fwd(intra, initial_state, plan, *, output_final_state: bool, state_v
     args = State64Args(
         qg=_ptr(intra.qg), kg=_ptr(intra.kg), w=_ptr(intra.w), u=_ptr(intra.u), aqk=_ptr(intra.Aqk),
         gl=_ptr(intra.gl), h0=_ptr(h0), cu_seqlens=_ptr(plan.cu_seqlens), chunk_offsets=_ptr(plan.chunk_offsets),
-        o=_ptr(o), ht=_ptr(ht), N=plan.N, TT=TT, NT=plan.NT, HV=HV, v_first=int(state_v_first), wgs=wgs,
+        o=_ptr(o), ht=_ptr(ht), N=plan.N, TT=TT, NT=intra.gl.shape[0], HV=HV, v_first=int(state_v_first), wgs=wgs,
     )
     with torch.cuda.device(dev):
         lib(args, torch.cuda.current_stream(dev).cuda_stream)

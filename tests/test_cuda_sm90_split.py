@@ -1,13 +1,14 @@
-"""cuda_fast's sm90_split backend (the compiled 64-token intra stage before Triton's split state pass): the verifier
-and the registration on any machine; on an sm_90 GPU, where Triton's state pass is the faster (forced here), the
-dispatch picks it, and its forward matches the fp64 oracle, Triton's forward within bf16 rounding, and itself bit for
-bit on a rerun (the intra stage's own poisoned-output tests are in test_cuda_sm90_v2.py)."""
+"""cuda_fast's sm90_split backend (the compiled 64-token intra stage and recurrence around Triton's chunk-parallel state
+passing): the verifier and the registration on any machine; on an sm_90 GPU, where Triton's state pass is the faster
+(forced here), the dispatch picks it, and its forward matches the fp64 oracle, Triton's forward within bf16 rounding,
+and itself bit for bit on a rerun; with no split (the planner off) it runs the sequences whole. The compiled stages'
+own poisoned-output tests are in test_cuda_sm90_v2.py."""
 import pytest
 import torch
 
 from cuda_fast import sm90, sm90_split
 from reference.kda import kda_recurrent
-from tests.test_cuda_sm90 import CASE_IDS, CASES, _bf16_args, _case_inputs, needs_target
+from tests.test_cuda_sm90 import CASE_IDS, CASES, _bf16_args, _case_inputs, _prepare, needs_target
 from tests.utils import assert_close
 from triton_kda import backends, chunk_kda
 from triton_kda.backends import ENV_VAR
@@ -63,3 +64,18 @@ def test_split_forward_matches_oracle_and_triton(case, monkeypatch):
     assert_close("o", o, oracle_o, 5e-3)
     assert_close("final_state", ht, oracle_ht, 5e-3)
 
+
+
+@pytest.mark.gpu
+@needs_target
+def test_split_forward_without_pieces_runs_the_sequences_whole(monkeypatch):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("sm90_split serves compute capability 9.0")
+    monkeypatch.setenv("TRITON_KDA_INTRACARD_CP", "0")
+    d = _case_inputs(CASES[2])
+    p, flags, _ = _prepare(d)
+    ins = [d[name] for name in ("q", "k", "v", "g", "beta")]
+    o, ht = sm90_split.chunk_kda_fwd(*ins, p.A_log, p.dt_bias, d["initial_state"], d["cu_seqlens"], p, flags)
+    oracle_o, oracle_ht = kda_recurrent(**d)
+    assert_close("o", o, oracle_o, 5e-3)
+    assert_close("final_state", ht, oracle_ht, 5e-3)

@@ -240,6 +240,16 @@ def test_env_switch_off_and_on(monkeypatch):
     assert plan_pieces((64,), 64, 1, 128, 128, 2, torch.device(DEVICE)) is None  # one chunk: nothing to split
 
 
+def test_min_chunks_lengthens_the_planners_pieces_not_a_forced_length(monkeypatch):
+    monkeypatch.setenv(ENV_MODE, "1")
+    device = torch.device(DEVICE)
+    planned = plan_pieces((8192,), 64, 1, 128, 128, 2, device)
+    longer = plan_pieces((8192,), 64, 1, 128, 128, 2, device, min_chunks=(8192 // 64) // planned.N * 2)
+    assert longer.N == planned.N // 2
+    monkeypatch.setenv(ENV_PIECE_CHUNKS, "2")
+    assert plan_pieces((8192,), 64, 1, 128, 128, 2, device, min_chunks=100).N == 64
+
+
 def test_checkpoint_spacing_on_132_sms(monkeypatch):
     """Kept states where the serial recompute leaves an H100's slots idle: B1 T8192 H16 (fp32: 128 programs of
     16-wide V blocks; bf16: 64 of 32-wide), none where the serial programs fill the GPU; the CP pieces' length where

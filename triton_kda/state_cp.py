@@ -223,7 +223,7 @@ def _device_piece_plan(seqs, lens: tuple, BT: int, L: int) -> PiecePlan:
 
 
 def plan_pieces(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int, device: torch.device,
-                seqs=None) -> PiecePlan | None:
+                seqs=None, min_chunks: int = 0) -> PiecePlan | None:
     """Piece plan for one call, or None where the serial path runs (no sequence split).
 
     lens: token count of each sequence (host ints); elem_size: bytes per element of the intermediates (2 or 4), which
@@ -231,10 +231,14 @@ def plan_pieces(lens: tuple, BT: int, HV: int, K: int, V: int, elem_size: int, d
     = `auto` (default: split where the cost model predicts a gain), `0` (never), `1` (always, wherever a sequence is
     longer than one piece); `TRITON_KDA_INTRACARD_CP_CHUNKS` = n fixes the piece length to n chunks. Never syncs
     with the device (the SM count is read once per device). seqs: the sequences' `ChunkPlan`; during CUDA-graph
-    capture the tables are built from it on the device instead of copied from the host."""
+    capture the tables are built from it on the device instead of copied from the host. min_chunks: the shortest
+    piece the planner may choose (a faster serial pass than the one its cost model counts; not applied to a forced
+    length)."""
     L = piece_chunks(lens, BT, HV, K, V, elem_size, device)
     if not L:
         return None
+    if not os.environ.get(ENV_PIECE_CHUNKS, "").strip():
+        L = max(L, min_chunks)
     if seqs is not None and capturing(device):
         return _device_piece_plan(seqs, lens, BT, L)
     return _piece_plan(lens, BT, L, device)
