@@ -1,0 +1,4 @@
+# Device call 11 (one H200, HEAD a03c0bd + the run folder): call 10's job 0 (pytest -m gpu over tests/ but the
+# gate-regime rows) alone, six workers: in call 10 it ran out of its 240 s beside the two gate-regime jobs with 1
+# of its 166 tests left. Carried: .whl (fla-core 0.6.0), .cuda_cache.
+export PYTHONPATH=/tmp/site:$PWD TRITON_KDA_CUDA_CACHE=$PWD/.cuda_cache TRITON_CACHE_DIR=/tmp/tc0 OMP_NUM_THREADS=2; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; python3 -c "from pathlib import Path; from benchmarks.tune_cache import restore; print(restore(Path('benchmarks/fla_tune')))"; mkdir -p $OUT/r; timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider -n 6 -rfs --durations=8 tests/ -k "not test_gate_regime_no_worse_than_fla" > $OUT/r/pytest_rest.txt 2>&1; echo "rc=$?" >> $OUT/r/pytest_rest.txt; grep -E "^FAILED|^ERROR|^SKIPPED|passed|failed|rc=|s call" $OUT/r/pytest_rest.txt | cut -c1-200
