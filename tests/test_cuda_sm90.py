@@ -415,37 +415,6 @@ def test_pieces_match_one_piece_bit_for_bit(case, P, taper, monkeypatch):
     assert_close("final_state", out.final_state, ref_ht, 5e-3)
 
 
-@pytest.mark.gpu
-@needs_target
-def test_pieces_under_cuda_graph_capture(monkeypatch):
-    """The pipelined forward captured in a CUDA graph (its second stream joins the capture through events): replays
-    on new inputs give the eager forward's bits."""
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the pipelined forward runs the wgmma recurrence of the sm_90a library")
-    monkeypatch.delenv(ENV_VAR, raising=False)
-    monkeypatch.setenv(sm90.PIECES_ENV, "4")
-    d = _case_inputs(CASES[0])
-    names = [name for name, t in d.items() if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    with torch.no_grad():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            chunk_kda(**d)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            o, ht = chunk_kda(**d)
-        assert backends.backend_report()[-1].name == "sm90"
-        for seed in (1, 2):
-            e = _case_inputs(CASES[0], seed=seed)
-            for name in names:
-                d[name].copy_(e[name])
-            graph.replay()
-            ref_o, ref_ht = chunk_kda(**e)
-            torch.cuda.synchronize()
-            assert torch.equal(o, ref_o) and torch.equal(ht, ref_ht)
-
-
 SKEWED = (1, 900, 1, 2, [3, 197, 1, 16, 500, 0, 64, 17, 102], dict(KIMI, initial_state=True))  # varlen, lengths
 
 
@@ -475,12 +444,19 @@ def test_longest_first_matches_sequence_order_bit_for_bit(case, state, monkeypat
 
 @pytest.mark.gpu
 @needs_target
-def test_longest_first_under_cuda_graph_capture(monkeypatch):
-    """A varlen forward captured in a CUDA graph orders its sequences on the device (argsort of the device
-    cu_seqlens): replays on new inputs give the eager forward's bits."""
+@pytest.mark.parametrize("what", ["pieces", "longest-first"])
+def test_graph_capture_replays_match_eager(what, monkeypatch):
+    """A forward captured in a CUDA graph: the pipelined one (its second stream joins the capture through events) and
+    a varlen one (its sequences ordered on the device, from an argsort of the device cu_seqlens); replays on new
+    inputs give the eager forward's bits."""
     monkeypatch.delenv(ENV_VAR, raising=False)
     monkeypatch.delenv(sm90.LONGEST_FIRST_ENV, raising=False)
-    d = _case_inputs(SKEWED)
+    if what == "pieces":
+        if torch.cuda.get_device_capability() != (9, 0):
+            pytest.skip("the pipelined forward runs the wgmma recurrence of the sm_90a library")
+        monkeypatch.setenv(sm90.PIECES_ENV, "4")
+    case = CASES[0] if what == "pieces" else SKEWED
+    d = _case_inputs(case)
     names = [name for name, t in d.items() if isinstance(t, torch.Tensor) and t.is_floating_point()]
     with torch.no_grad():
         side = torch.cuda.Stream()
@@ -493,7 +469,7 @@ def test_longest_first_under_cuda_graph_capture(monkeypatch):
             o, ht = chunk_kda(**d)
         assert backends.backend_report()[-1].name == "sm90"
         for seed in (1, 2):
-            e = _case_inputs(SKEWED, seed=seed)
+            e = _case_inputs(case, seed=seed)
             for name in names:
                 d[name].copy_(e[name])
             graph.replay()
