@@ -2,12 +2,11 @@
 
 ``BACKENDS``: ``sm90_v2`` (cuda_fast/sm90_v2.py, opt-in: the forward with a 64-token recurrence on wgmma),
 ``sm90`` (cuda_fast/sm90.py), the CUDA forward for inference on sm_90a and sm_100a, ``sm90_split``
-(cuda_fast/sm90_split.py: the compiled 64-token intra stage before Triton's split state pass, for few heads over long
-sequences on sm_90a) and ``sm90_bwd`` (cuda_fast/sm90_bwd.py), the chunk-local backward of a bf16 training step
-there. Importing this package compiles,
-loads and probes nothing, and imports nothing but itself (a wheel's build imports ``cuda_fast.build`` without torch):
-``BACKENDS`` imports the backends when first read, and a library is loaded (or built) the first time a backend is
-chosen.
+(cuda_fast/sm90_split.py: few heads over long sequences on sm_90a, the compiled 64-token intra stage and recurrence
+around Triton's split state passing) and ``sm90_bwd`` (cuda_fast/sm90_bwd.py), the chunk-local backward of a bf16
+training step there. Importing this package compiles, loads and probes nothing, and imports nothing but itself (a
+wheel's build imports ``cuda_fast.build`` without torch): ``BACKENDS`` imports the backends when first read, and a
+library is loaded (or built) the first time a backend is chosen.
 """
 
 __all__ = ["BACKENDS"]

@@ -49,16 +49,16 @@ def chunk_kda_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, p
     intra = sm90_v2.intra64_fwd(q, k, v, g, beta, A_log, dt_bias, p.scale, plan, flags)
     h0 = initial_state.contiguous() if initial_state is not None else None
     pieces = plan_pieces(plan.lens, BT, HV, p.K, V, 2, q.device, seqs=plan, min_chunks=MIN_PIECE_CHUNKS)
-    if pieces is None:  # the planner's environment changed since `verify`: no split, the sequences as they are
-        o, ht = sm90_v2.state64_fwd(intra, h0, plan, output_final_state=flags["output_final_state"],
-                                    state_v_first=p.state_v_first)
-        return o.view(B, T, HV, V), ht
-    start = cp_initial_states(intra.kg, intra.w, intra.u, intra.gl, intra.rs, h0, plan, pieces, BT,
-                              state_v_first=p.state_v_first, prec=precision_of(q.dtype))
-    o, ht = sm90_v2.state64_fwd(intra, start, pieces, output_final_state=flags["output_final_state"],
+    runs, start = plan, h0  # no pieces where the planner's environment changed since `verify`: the sequences whole
+    if pieces is not None:
+        runs = pieces
+        start = cp_initial_states(intra.kg, intra.w, intra.u, intra.gl, intra.rs, h0, plan, pieces, BT,
+                                  state_v_first=p.state_v_first, prec=precision_of(q.dtype))
+    o, ht = sm90_v2.state64_fwd(intra, start, runs, output_final_state=flags["output_final_state"],
                                 state_v_first=p.state_v_first)
-    return o.view(B, T, HV, V), ht[pieces.last] if ht is not None else None
-
+    if pieces is not None and ht is not None:
+        ht = ht[pieces.last]
+    return o.view(B, T, HV, V), ht
 
 BACKEND = compiled_backend(NAME, sm90.OP, ENV_SWITCH, verify, chunk_kda_fwd, "kda_intra64_fwd",
                            sm90_v2.Intra64Args)
